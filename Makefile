@@ -1,0 +1,49 @@
+# The two commands of the README: `make demo` and `make test`.
+# Every target installs missing Debian packages first (scripts/deps.sh).
+JOBS ?= 2
+BUILD ?= build
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build demo test test-fast format format-check bench chaos deb package-test clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j$(JOBS)
+
+demo: build
+	$(BUILD)/examples/shmsem-demo
+
+# The whole suite: normal build, ASan+UBSan build, TSan thread tests,
+# static checks, fuzzers and the packaging tests (scripts/test.sh).
+test: deps
+	scripts/test.sh
+
+# Only the normal build's suite, for the edit-compile-test loop.
+test-fast: build
+	ctest --test-dir $(BUILD) -j$(JOBS) --output-on-failure
+
+format:
+	scripts/format.sh fix
+
+format-check:
+	scripts/format.sh check
+
+bench: deps
+	bench/run.sh
+
+chaos: deps
+	tests/chaos/run-long.sh
+
+deb: deps
+	packaging/build-deb.sh
+
+package-test: deps
+	tests/package/run.sh
+
+clean:
+	rm -rf build build-* 

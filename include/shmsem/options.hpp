@@ -1,0 +1,54 @@
+// shmsem/options.hpp: the knobs of Semaphore::open and of each acquisition.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stop_token>
+
+namespace shmsem {
+
+class Observer;
+
+/// Largest capacity a semaphore can have. Each seat costs one 64-byte lease
+/// slot in the segment, allocated when the capacity first reaches it.
+inline constexpr int kMaxCapacity = 1'000'000;
+
+/// Longest TTL or wait budget accepted (about 11.5 days). Longer values are
+/// rejected with std::invalid_argument rather than silently overflowing.
+inline constexpr std::chrono::milliseconds kMaxDuration{1'000'000'000};
+
+/// Settings of one handle, given to Semaphore::open.
+struct Options {
+  /// Mode of a segment this call creates, applied whatever the umask.
+  /// 0660 shares the semaphore with the file's group. Ignored on attach.
+  mode_t mode = 0600;
+  /// Default lease TTL of this handle's permits; nullopt: no expiry.
+  std::optional<std::chrono::milliseconds> ttl;
+  /// Default for permits that have a TTL: renew them in the background.
+  bool auto_renew = false;
+  /// Optional hook; costs nothing when empty.
+  std::shared_ptr<Observer> observer;
+  /// How long open() waits for another process that is initializing the
+  /// segment before it gives up with SegmentError (errc::busy).
+  std::chrono::milliseconds open_timeout{5000};
+};
+
+/// Settings of one acquire() or try_acquire().
+struct AcquireOptions {
+  /// Lease TTL; overrides Options::ttl. 0ms means "no expiry" even when the
+  /// handle has a default TTL.
+  std::optional<std::chrono::milliseconds> ttl;
+  /// Total wait budget; nullopt waits until acquired. A zero or negative
+  /// budget makes one attempt without waiting (but still queues fairly:
+  /// it fails if others wait ahead). Ignored by try_acquire.
+  std::optional<std::chrono::milliseconds> wait_timeout;
+  /// Overrides Options::auto_renew. Only meaningful with a TTL.
+  std::optional<bool> auto_renew;
+  /// Cancels a blocked acquire (Reason::cancelled).
+  std::stop_token stop;
+};
+
+}  // namespace shmsem

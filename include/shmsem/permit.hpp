@@ -1,0 +1,96 @@
+// shmsem/permit.hpp: Permit, a lease on n seats of one semaphore.
+//
+// A Permit is what acquire() returns. It is move-only and owns its seats
+// until release(), its destructor, or until the seats are lost: the TTL ran
+// out, the holder was judged dead, or an operator force-released them.
+// A Permit stays valid after the Semaphore handle that made it is destroyed.
+// If the holding process dies, its seats are reclaimed by the fleet.
+#pragma once
+
+#include <shmsem/export.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+namespace shmsem {
+
+namespace detail {
+struct attachment;
+struct renewal;
+}  // namespace detail
+
+class SHMSEM_API Permit {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// An empty permit that holds nothing (is_held() is false, release() does nothing).
+  Permit() noexcept = default;
+  Permit(Permit&& other) noexcept;
+  /// Releases what this permit holds (quietly, as the destructor does), then takes other's lease.
+  Permit& operator=(Permit&& other) noexcept;
+  Permit(const Permit&) = delete;
+  Permit& operator=(const Permit&) = delete;
+
+  /// Releases the seats if still held. Never throws: a lost seat is logged
+  /// as a warning instead.
+  ~Permit();
+
+  /// The semaphore's key; empty for an empty permit.
+  std::string_view key() const noexcept;
+  /// Unique id of this lease within its semaphore (never 0 for a real permit).
+  std::uint64_t id() const noexcept { return id_; }
+  /// Number of seats this permit holds.
+  int weight() const noexcept { return weight_; }
+  /// The lease TTL, or nullopt for a lease without expiry.
+  std::optional<std::chrono::milliseconds> ttl() const noexcept;
+  /// When the seats were granted (CLOCK_MONOTONIC, one kernel tick of precision).
+  clock::time_point acquired_at() const noexcept { return acquired_at_; }
+  /// When the lease expires as last set by this process, or nullopt without TTL.
+  std::optional<clock::time_point> expires_at() const noexcept;
+
+  /// Frees the seats and wakes waiters. A second call does nothing.
+  /// Throws PermitNotHeldError if the seats were lost first; the message
+  /// says why and since when. Either way the permit is empty afterwards.
+  /// A permit inherited across fork() belongs to the parent: release() in
+  /// the child throws PermitNotHeldError and leaves the parent's seats alone.
+  /// Thread-safe against the auto-renewal thread; call it from one thread at a time.
+  void release();
+
+  /// Sets the lease's expiry to now + ttl (ttl >= 1ms and <= kMaxDuration,
+  /// else std::invalid_argument). A permit without TTL gains one.
+  /// Throws ExtensionError if the seats were already lost, expired included.
+  void extend(std::chrono::milliseconds ttl);
+
+  /// Live check against the segment, without any lock: false once the seats
+  /// were released, reaped, force-released, or their TTL ran out.
+  bool is_held() const noexcept;
+
+  /// True while a background renewal keeps this lease alive.
+  bool auto_renewing() const noexcept;
+  /// Stops the background renewal of this permit; the lease then expires
+  /// at its current expiry unless extended.
+  void stop_auto_renew() noexcept;
+
+  /// True for a permit that holds (or held) a lease; false once released.
+  explicit operator bool() const noexcept { return att_ != nullptr; }
+
+ private:
+  friend class Semaphore;
+  friend struct detail::attachment;
+  void release_quietly() noexcept;
+
+  detail::attachment* att_ = nullptr;
+  std::uint32_t slot_ = 0;
+  int weight_ = 0;
+  std::uint64_t id_ = 0;
+  std::int64_t ttl_ms_ = 0;           // 0: no expiry
+  std::int64_t expires_ns_ = 0;       // 0: no expiry
+  clock::time_point acquired_at_{};
+  std::uint64_t handle_id_ = 0;
+  std::shared_ptr<detail::renewal> renewal_;  // set only while auto-renewing
+};
+
+}  // namespace shmsem

@@ -1,0 +1,172 @@
+// shmsem/semaphore.hpp: Semaphore, a handle to one named, fleet-wide counting
+// semaphore shared by every process on the host.
+//
+// A semaphore is named by a key. All processes that open the same key share
+// one bound: at most capacity() seats are held at once across all of them.
+// Seats are leases that record who holds them; a holder that dies (even by
+// SIGKILL) never leaks a seat, and a lease with a TTL lapses unless renewed.
+//
+// Ordering: waiters are served in strict FIFO order across processes. A
+// request that does not fit yet blocks every request behind it, so a large
+// request is never starved by a stream of small ones. try_acquire() does not
+// jump the queue: it fails while anyone is waiting.
+//
+// A Semaphore is movable and safe to use from many threads at once. Many
+// handles to one key in one process share one mapping.
+#pragma once
+
+#include <shmsem/errors.hpp>
+#include <shmsem/export.hpp>
+#include <shmsem/options.hpp>
+#include <shmsem/permit.hpp>
+#include <shmsem/stats.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace shmsem {
+
+namespace detail {
+struct handle;
+/// Releases after with_permit's work ran: a lost seat is logged, not thrown.
+SHMSEM_API void release_after_work(Permit& p) noexcept;
+}  // namespace detail
+
+class SHMSEM_API Semaphore {
+ public:
+  /// Opens the semaphore `key`, creating it with capacity `permits` if it
+  /// does not exist. Race-free: when many processes open a new key at once,
+  /// exactly one initializes it and the others wait (up to
+  /// Options::open_timeout). If the segment exists with another capacity,
+  /// the existing capacity stands (a warning is logged): opening never
+  /// changes the fleet's bound; use set_capacity() for that.
+  /// Throws std::invalid_argument for an empty key, a key with NUL, a key
+  /// over 255 bytes, permits outside 1..kMaxCapacity, or a bad TTL; throws
+  /// SegmentError (naming the path) when the file is not a valid segment,
+  /// access is denied, or /dev/shm is full.
+  static Semaphore open(std::string_view key, int permits, const Options& options = {});
+
+  /// Opens an existing semaphore without creating it. Throws SegmentError
+  /// (errc::not_found) when there is none.
+  static Semaphore attach(std::string_view key, const Options& options = {});
+
+  /// Removes the semaphore's name. Processes that have it open keep using
+  /// their copy; later opens create a new one. Returns false if there was
+  /// none. Throws SegmentError on permission problems, invalid_argument on a bad key.
+  static bool remove(std::string_view key);
+
+  /// Keys of the semaphores on this host (not file names), sorted. A
+  /// segment whose key cannot be read (hashed name, no permission) is left out.
+  static std::vector<std::string> list();
+
+  /// Where the segment for `key` lives (a path under /dev/shm).
+  /// Throws std::invalid_argument for an invalid key.
+  static std::string segment_path(std::string_view key);
+
+  Semaphore(Semaphore&&) noexcept;
+  Semaphore& operator=(Semaphore&&) noexcept;
+  Semaphore(const Semaphore&) = delete;
+  Semaphore& operator=(const Semaphore&) = delete;
+  ~Semaphore();
+
+  /// Takes n seats, all or nothing, blocking in FIFO order until they are
+  /// free. Ends with AcquisitionError: Reason::timeout when
+  /// opts.wait_timeout runs out, cancelled when opts.stop is requested,
+  /// shutdown after shutdown(), exceeds_capacity when n > capacity() now or
+  /// after a shrink while waiting, error when the segment fails.
+  /// Throws std::invalid_argument for n < 1 or a bad duration.
+  /// While it waits, dead holders and expired leases are reclaimed within
+  /// about 20 ms. Uncontended, it makes no system call and no allocation.
+  Permit acquire(int n = 1, const AcquireOptions& opts = {});
+
+  /// One attempt, no waiting for seats. Reclaims dead holders' seats and
+  /// expired leases before it reports the semaphore full. Returns nullopt
+  /// when the seats are not free now, when others are queued, when n >
+  /// capacity(), or after shutdown. Throws std::invalid_argument for n < 1.
+  std::optional<Permit> try_acquire(int n = 1, const AcquireOptions& opts = {});
+
+  /// Acquires n seats, runs fn (with the Permit& if fn accepts one), and
+  /// always releases, even when fn throws. A seat lost while fn ran is
+  /// logged as a warning, not thrown: the work already ran. Returns what fn
+  /// returns; fn's exceptions propagate unchanged.
+  template <class F>
+  decltype(auto) with_permit(F&& fn, int n = 1, const AcquireOptions& opts = {}) {
+    Permit permit = acquire(n, opts);
+    struct releaser {
+      Permit& p;
+      ~releaser() { detail::release_after_work(p); }
+    } guard{permit};
+    if constexpr (std::is_invocable_v<F, Permit&>)
+      return std::invoke(std::forward<F>(fn), permit);
+    else
+      return std::invoke(std::forward<F>(fn));
+  }
+
+  /// Lock-free reads of the shared counters. They work while another
+  /// process is stopped inside the segment lock.
+  int capacity() const noexcept;
+  int used() const noexcept;
+  int available() const noexcept;  ///< capacity - used, never below 0
+  int waiters() const noexcept;    ///< callers blocked in acquire, fleet-wide
+  bool empty() const noexcept;     ///< used() == 0
+  bool full() const noexcept;      ///< used() >= capacity()
+  double utilization() const noexcept;  ///< used / capacity, may exceed 1 after a shrink
+  /// Time-based EWMA of utilization() with half-life kEwmaHalfLife; decays
+  /// toward the current utilization while nothing happens.
+  double utilization_smoothed() const noexcept;
+
+  /// The current leases, read without a lock. Their state tells dead and
+  /// expired holders (not yet reaped) from live ones.
+  std::vector<Holder> holders() const;
+  /// Fleet-wide counters kept in the segment, read without a lock.
+  Stats stats() const;
+  /// Everything above in one call, read without a lock.
+  Snapshot snapshot() const;
+
+  /// Reclaims dead holders' and expired leases' seats now and wakes waiters.
+  /// Returns the seats freed. Takes the segment lock briefly.
+  int reap();
+
+  /// Sets the fleet-wide capacity to `permits` (1..kMaxCapacity, else
+  /// std::invalid_argument). Growing wakes waiters. Shrinking takes no seat
+  /// away: new seats are granted only once used < permits, and waiters whose
+  /// n no longer fits end with Reason::exceeds_capacity. Throws SegmentError
+  /// (errc::no_space) if /dev/shm cannot hold the larger lease table.
+  void set_capacity(int permits);
+
+  /// Frees every seat and wakes waiters. Returns the number of leases whose
+  /// holder was alive and unexpired: their release(), is_held() and
+  /// extend() then report the loss. Dead and expired leases are freed too
+  /// but not counted.
+  int force_release_all();
+
+  /// Blocks until used() == 0 (true) or the timeout passes (false). Reaps
+  /// dead holders and expired leases while it waits; does not block new acquires.
+  bool wait_idle(std::chrono::milliseconds timeout);
+
+  /// The application-shutdown contract for this handle: its permits stop
+  /// auto-renewing (so they lapse within their TTL), its blocked acquires
+  /// end with Reason::shutdown, a seat won during shutdown is given back,
+  /// and later acquires fail with Reason::shutdown. Held permits are NOT
+  /// released: they guard work that may still be running.
+  void shutdown();
+
+  /// The key this handle was opened with.
+  std::string_view key() const noexcept;
+
+ private:
+  explicit Semaphore(std::unique_ptr<detail::handle> h) noexcept;
+  std::unique_ptr<detail::handle> h_;
+};
+
+/// shutdown() for every handle of this process, and for handles opened later.
+SHMSEM_API void shutdown_all();
+
+}  // namespace shmsem

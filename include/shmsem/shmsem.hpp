@@ -1,0 +1,10 @@
+// shmsem/shmsem.hpp: the umbrella header. Include this to use shmsem.
+#pragma once
+
+#include <shmsem/errors.hpp>
+#include <shmsem/observer.hpp>
+#include <shmsem/options.hpp>
+#include <shmsem/permit.hpp>
+#include <shmsem/semaphore.hpp>
+#include <shmsem/stats.hpp>
+#include <shmsem/version.hpp>

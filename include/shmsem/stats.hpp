@@ -1,0 +1,93 @@
+// shmsem/stats.hpp: what a semaphore reports about itself. Every figure here
+// is read from the shared segment, so it describes the whole fleet, not just
+// the calling process.
+#pragma once
+
+#include <shmsem/export.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shmsem {
+
+/// A fixed-bucket histogram of durations, in the layout Prometheus wants.
+struct Histogram {
+  /// Upper bounds of the buckets, in seconds; a last, implicit bucket is +Inf.
+  static constexpr std::array<double, 12> kBounds = {0.0001, 0.001, 0.005, 0.01, 0.05, 0.1,
+                                                     0.5,    1.0,   5.0,   10.0, 60.0, 300.0};
+  /// counts[i] = observations in bucket i alone (not cumulative);
+  /// counts[kBounds.size()] = observations above the last bound.
+  std::array<std::uint64_t, kBounds.size() + 1> counts{};
+  double sum_seconds = 0;
+  SHMSEM_API std::uint64_t count() const;
+};
+
+/// Fleet-wide counters, kept in the segment since it was created.
+/// Leases are counted, not seats, except where a name says seats.
+/// Every granted lease ends in exactly one of released, reaped, expired or
+/// force_released, so acquired == released + reaped + expired +
+/// force_released + (leases still held).
+struct Stats {
+  std::uint64_t acquired = 0;        ///< leases granted
+  std::uint64_t released = 0;        ///< leases given back by their holder
+  std::uint64_t timeouts = 0;        ///< acquires that ran out of wait budget
+  std::uint64_t cancelled = 0;       ///< acquires cancelled by a stop_token
+  std::uint64_t shutdowns = 0;       ///< acquires ended by shutdown
+  std::uint64_t rejected = 0;        ///< acquires refused: n above capacity
+  std::uint64_t try_failures = 0;    ///< try_acquire calls that found no seat
+  std::uint64_t reaped = 0;          ///< leases of dead holders reclaimed
+  std::uint64_t expired = 0;         ///< leases reclaimed after their TTL ran out
+  std::uint64_t force_released = 0;  ///< live leases displaced by force_release_all
+  std::uint64_t reclaimed_seats = 0; ///< seats freed by reaping, expiry and force release
+  std::uint64_t recoveries = 0;      ///< repairs after a process died holding the segment lock
+  Histogram wait;                    ///< time from call to grant, for granted leases
+  Histogram hold;                    ///< time from grant to release, for released leases
+};
+
+/// Whether a lease's holder still counts.
+enum class HolderState {
+  alive,    ///< the holder process lives and the TTL (if any) has not run out
+  dead,     ///< the holder process is gone; the seats will be reaped
+  expired,  ///< the TTL ran out; the seats will be reclaimed
+};
+
+/// Human-readable name of a HolderState ("alive", "dead", "expired").
+SHMSEM_API const char* to_string(HolderState s) noexcept;
+
+/// One lease in the segment.
+struct Holder {
+  /// The holder's pid as this process's PID namespace sees it, or 0 when it
+  /// is unknown there (foreign_namespace is then true).
+  int pid = 0;
+  /// The holder lives in another PID namespace (another container).
+  bool foreign_namespace = false;
+  std::uint64_t permit_id = 0;
+  int weight = 0;
+  std::chrono::steady_clock::time_point acquired_at;
+  std::optional<std::chrono::steady_clock::time_point> expires_at;
+  HolderState state = HolderState::alive;
+};
+
+/// A consistent-enough picture of one semaphore, read without any lock (so a
+/// stopped reader never stalls the fleet). Counters are individually exact;
+/// they may be a few operations apart from each other.
+struct Snapshot {
+  std::string key;
+  int capacity = 0;
+  int used = 0;
+  int waiters = 0;
+  double utilization = 0;           ///< used / capacity
+  double utilization_smoothed = 0;  ///< EWMA, half-life kEwmaHalfLife
+  Stats stats;
+  std::vector<Holder> holders;
+};
+
+/// Half-life of utilization_smoothed(): a change in load shows half its
+/// weight after this long, and an idle semaphore decays to half in this long.
+inline constexpr std::chrono::seconds kEwmaHalfLife{10};
+
+}  // namespace shmsem

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make test`: every check CI runs, in order, stopping at the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-2}
+step() { printf '\n==== %s\n' "$*"; }
+
+step "format check"
+scripts/format.sh check
+
+step "build (RelWithDebInfo)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$JOBS"
+
+step "test suite (normal build)"
+ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 600
+
+step "build (AddressSanitizer + UndefinedBehaviorSanitizer)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSHMSEM_SANITIZE=address,undefined \
+  -DSHMSEM_BUILD_BENCH=OFF -DSHMSEM_INSTALL=OFF >/dev/null
+cmake --build build-asan -j"$JOBS"
+
+step "test suite (ASan + UBSan)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -j"$JOBS" --output-on-failure --timeout 900 -LE 'package|bench'
+
+step "build (ThreadSanitizer)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSHMSEM_SANITIZE=thread \
+  -DSHMSEM_BUILD_BENCH=OFF -DSHMSEM_BUILD_TOOLS=OFF -DSHMSEM_INSTALL=OFF >/dev/null
+cmake --build build-tsan -j"$JOBS"
+
+step "thread tests (TSan)"
+# TSan does not follow fork(): a forked child of a threaded parent may
+# deadlock inside the TSan runtime. Only the `thread` label (threads of one
+# process, no fork) runs here.
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan -j"$JOBS" --output-on-failure --timeout 600 -L thread
+
+for extra in scripts/static-check.sh tests/fuzz/run.sh tests/package/run.sh; do
+  if [ -x "$extra" ]; then
+    step "$extra"
+    "$extra"
+  fi
+done
+step "all checks passed"

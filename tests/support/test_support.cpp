@@ -1,0 +1,185 @@
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <thread>
+
+namespace shmsem::test {
+namespace {
+std::atomic<int> key_counter{0};
+
+std::string current_test_name() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (!info) return "none";
+  std::string n = std::string(info->test_suite_name()) + "." + info->name();
+  for (auto& c : n)
+    if (c == '/') c = '_';
+  return n;
+}
+}  // namespace
+
+unique_key::unique_key(std::string_view tag) {
+  key_ = "test." + std::to_string(::getpid()) + "." + std::to_string(key_counter++) + "." +
+         current_test_name();
+  if (!tag.empty()) key_ += "." + std::string(tag);
+  if (key_.size() > 200) key_.resize(200);
+  Semaphore::remove(key_);
+}
+
+unique_key::~unique_key() {
+  try {
+    Semaphore::remove(key_);
+  } catch (...) {
+  }
+}
+
+pipe_channel::pipe_channel() {
+  if (::pipe2(fds_, O_CLOEXEC) != 0) throw std::system_error(errno, std::system_category(), "pipe2");
+}
+pipe_channel::~pipe_channel() {
+  ::close(fds_[0]);
+  ::close(fds_[1]);
+}
+
+void pipe_channel::send(char c) {
+  while (::write(fds_[1], &c, 1) < 0 && errno == EINTR) {
+  }
+}
+
+char pipe_channel::receive(std::chrono::milliseconds timeout) {
+  pollfd p{fds_[0], POLLIN, 0};
+  int r;
+  do r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  while (r < 0 && errno == EINTR);
+  if (r <= 0) {
+    ADD_FAILURE() << "pipe_channel::receive timed out after " << timeout.count() << " ms";
+    return '\0';
+  }
+  char c = 0;
+  ssize_t n;
+  do n = ::read(fds_[0], &c, 1);
+  while (n < 0 && errno == EINTR);
+  if (n != 1) {
+    ADD_FAILURE() << "pipe_channel::receive: EOF";
+    return '\0';
+  }
+  return c;
+}
+
+void pipe_channel::send_value(long long v) {
+  const char* p = reinterpret_cast<const char*>(&v);
+  size_t left = sizeof v;
+  while (left > 0) {
+    ssize_t n = ::write(fds_[1], p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+long long pipe_channel::receive_value(std::chrono::milliseconds timeout) {
+  long long v = 0;
+  char* p = reinterpret_cast<char*>(&v);
+  size_t got = 0;
+  while (got < sizeof v) {
+    pollfd pf{fds_[0], POLLIN, 0};
+    int r = ::poll(&pf, 1, static_cast<int>(timeout.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      ADD_FAILURE() << "pipe_channel::receive_value timed out";
+      return -1;
+    }
+    ssize_t n = ::read(fds_[0], p + got, sizeof v - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ADD_FAILURE() << "pipe_channel::receive_value: EOF";
+      return -1;
+    }
+    got += static_cast<size_t>(n);
+  }
+  return v;
+}
+
+child_process::child_process(std::function<int()> body) {
+  std::fflush(nullptr);
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::system_error(errno, std::system_category(), "fork");
+  if (pid_ == 0) {
+    int status = 99;
+    try {
+      status = body();
+      if (::testing::Test::HasFailure()) status = 99;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child %d: uncaught exception: %s\n", ::getpid(), e.what());
+    } catch (...) {
+      std::fprintf(stderr, "child %d: uncaught exception\n", ::getpid());
+    }
+    std::fflush(nullptr);
+    ::_exit(status);
+  }
+}
+
+child_process::child_process(child_process&& o) noexcept : pid_(o.pid_) { o.pid_ = -1; }
+
+child_process::~child_process() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int st;
+    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+int child_process::wait(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int st = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) break;
+    if (r < 0 && errno != EINTR) return -1;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "child " << pid_ << " did not exit within " << timeout.count() << " ms";
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &st, 0);
+      pid_ = -1;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  pid_ = -1;
+  if (WIFEXITED(st)) return WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+  return -1;
+}
+
+void child_process::kill(int sig) {
+  if (pid_ <= 0) return;
+  ::kill(pid_, sig);
+  if (sig == SIGKILL) {
+    int st;
+    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+  }
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return pred();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace shmsem::test

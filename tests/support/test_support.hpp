@@ -1,0 +1,79 @@
+// test_support.hpp: what every shmsem test needs to cross process borders
+// safely: unique keys that clean up after themselves, forked children whose
+// failures reach the parent, and pipes to synchronise them (never sleeps).
+#pragma once
+
+#include <shmsem/shmsem.hpp>
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace shmsem::test {
+
+/// A key no other test (or parallel ctest process) uses:
+/// "test.<pid>.<counter>.<gtest name>[.<tag>]". Removed on destruction.
+class unique_key {
+ public:
+  explicit unique_key(std::string_view tag = "");
+  ~unique_key();
+  unique_key(const unique_key&) = delete;
+  unique_key& operator=(const unique_key&) = delete;
+  const std::string& str() const { return key_; }
+  operator std::string_view() const { return key_; }
+  const char* c_str() const { return key_.c_str(); }
+
+ private:
+  std::string key_;
+};
+
+/// A one-way pipe carrying single bytes between processes.
+class pipe_channel {
+ public:
+  pipe_channel();
+  ~pipe_channel();
+  pipe_channel(const pipe_channel&) = delete;
+  pipe_channel& operator=(const pipe_channel&) = delete;
+  /// Writes one byte.
+  void send(char c = '.');
+  /// Reads one byte; fails the test (returns '\0') after `timeout`, or on EOF.
+  char receive(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// Writes an integer value in full.
+  void send_value(long long v);
+  long long receive_value(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  int read_fd() const { return fds_[0]; }
+  int write_fd() const { return fds_[1]; }
+
+ private:
+  int fds_[2];
+};
+
+/// A forked child running `body`; its return value is the exit status. An
+/// uncaught exception or a failed gtest assertion in the child exits 99.
+class child_process {
+ public:
+  explicit child_process(std::function<int()> body);
+  ~child_process();  // SIGKILLs and reaps a child still running
+  child_process(child_process&& o) noexcept;
+  child_process(const child_process&) = delete;
+  pid_t pid() const { return pid_; }
+  /// Waits for exit; returns the exit status, or 128+signal if killed.
+  /// Fails the test after `timeout`.
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  /// Sends sig. SIGKILL also waits for the process to be gone.
+  void kill(int sig);
+
+ private:
+  pid_t pid_ = -1;
+};
+
+/// Polls `pred` (with a short pause between tries) until it is true or
+/// `timeout` passes; returns the last value. For conditions with no event
+/// to wait on, such as "the kernel has finished tearing down a process".
+bool eventually(const std::function<bool()>& pred,
+                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+}  // namespace shmsem::test
