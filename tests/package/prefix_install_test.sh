@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# ctest package.prefix_install: `cmake --install` a configured and built
+# shmsem tree into a fresh prefix, then build consumers against that prefix
+# only, the way fmt's find-package-test does: one with find_package(shmsem)
+# and one with pkg-config. Each runs a semaphore across two processes.
+#
+# usage: prefix_install_test.sh BUILD_DIR WORK_DIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$1
+work=$2
+cmake=${CMAKE_COMMAND:-cmake}
+jobs=${JOBS:-2}
+die() {
+  echo "prefix_install_test: FAILED: $*" >&2
+  exit 1
+}
+key=pkgtest.prefix.$$.$RANDOM
+cleanup() {
+  local k
+  for k in "$key.cmake" "$key.pc"; do
+    [ -x "$work/cmake/two_process" ] && "$work/cmake/two_process" --remove "$k" >/dev/null 2>&1
+  done
+  true
+}
+trap cleanup EXIT
+
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+"$cmake" --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; die "cmake --install failed"; }
+
+# Only the public headers are installed.
+diff <(cd "$root/include" && find shmsem -name '*.hpp' | sort) <(cd "$prefix/include" && find . -type f | sed 's|^\./||' | sort) ||
+  die "the installed headers differ from include/shmsem (< source only, > installed only)"
+config=$(find "$prefix" -name shmsemConfig.cmake)
+pc=$(find "$prefix" -name shmsem.pc)
+[ -n "$config" ] || die "no shmsemConfig.cmake under $prefix"
+[ -n "$pc" ] || die "no shmsem.pc under $prefix"
+for f in shmsemConfigVersion.cmake shmsemTargets.cmake; do
+  [ -f "$(dirname "$config")/$f" ] || die "no $f beside $config"
+done
+libdir=$(dirname "$(find "$prefix" -name 'libshmsem.so.0')")
+[ -L "$libdir/libshmsem.so" ] || die "no libshmsem.so link in $libdir"
+
+# find_package consumer: must find this prefix and load this prefix's library.
+"$cmake" -S "$here/find_package" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" >"$work/cmake.log" ||
+  { cat "$work/cmake.log"; die "the find_package consumer does not configure"; }
+grep -q "found in $(dirname "$config")\$" "$work/cmake.log" || {
+  cat "$work/cmake.log"
+  die "find_package(shmsem) did not find the config in $prefix"
+}
+"$cmake" --build "$work/cmake" -j"$jobs" >>"$work/cmake.log" || { cat "$work/cmake.log"; die "the find_package consumer does not build"; }
+ldd "$work/cmake/two_process" | grep -q "libshmsem.so.0 => $libdir/libshmsem.so.0" ||
+  die "the find_package consumer does not load $libdir/libshmsem.so.0"
+timeout 60 "$work/cmake/two_process" "$key.cmake"
+timeout 60 "$work/cmake/logging_consumer"
+
+# pkg-config consumer: the .pc must point into the prefix given at install time.
+export PKG_CONFIG_PATH
+PKG_CONFIG_PATH=$(dirname "$pc")
+[ "$(pkg-config --variable=prefix shmsem)" = "$prefix" ] ||
+  die "shmsem.pc says prefix=$(pkg-config --variable=prefix shmsem), not $prefix"
+[ "$(pkg-config --variable=libdir shmsem)" = "$libdir" ] ||
+  die "shmsem.pc says libdir=$(pkg-config --variable=libdir shmsem), not $libdir"
+echo "pkg-config --cflags --libs shmsem: $(pkg-config --cflags --libs shmsem)"
+mkdir -p "$work/pc"
+make -s -C "$here/pkg_config" O="$work/pc" LDFLAGS="-Wl,-rpath,$libdir" || die "the pkg-config consumer does not build"
+ldd "$work/pc/two_process" | grep -q "libshmsem.so.0 => $libdir/libshmsem.so.0" ||
+  die "the pkg-config consumer does not load $libdir/libshmsem.so.0"
+timeout 60 "$work/pc/two_process" "$key.pc"
+echo "prefix_install_test: ok"
