@@ -1,0 +1,360 @@
+// shmsem/bounded.hpp: bounded(), which wraps a callable so that every call
+// holds one seat of a fleet-wide semaphore while it runs.
+//
+//   auto encode = shmsem::bounded({.key = "video:encode", .permits = 2, .ttl = 600s},
+//                                 [&](const std::string& id) { encoder.encode(id); });
+//   encode("v1");   // returns bool: true when the body ran
+//
+//   auto export_tenant = shmsem::bounded(
+//       {.key = "export:{0}", .permits = 1, .wait_timeout = 5s,
+//        .on_unavailable = shmsem::OnUnavailable::skip},
+//       [&](const std::string& tenant) { return run_export(tenant); });
+//   std::optional<Report> r = export_tenant("acme");   // nullopt: skipped
+//
+// A call returns std::optional<R> for a callable returning R (bool for
+// void): engaged (true) when the body ran, empty (false) when it was
+// skipped under OnUnavailable::skip. With the default policy it is always
+// engaged, since failures throw. A callable returning a reference is
+// rejected at compile time (return a pointer or std::reference_wrapper).
+//
+// Keys: a template where {n} is the n-th argument formatted with fmt ({{ and
+// }} are literal braces; {n:spec} takes an fmt spec), or a callable taking the
+// (const) arguments and returning the key. A template is checked when
+// bounded() is called: an index beyond the callable's parameters, an
+// argument type fmt cannot format, `{}` without an index, or unbalanced
+// braces throw std::invalid_argument. Checking needs the parameter types, so
+// a template with placeholders and a generic callable (auto parameters) is
+// rejected too; give the parameters types or use a key callable. A key
+// callable needs BoundedOptions spelled out, for class template argument
+// deduction: bounded(shmsem::BoundedOptions{.key = [](int id) { ... }}, fn).
+//
+// The wrapper is copyable (if the callable is) and may be called from many
+// threads at once. It uses Service::instance() unless options.service is set.
+#pragma once
+
+#include <shmsem/errors.hpp>
+#include <shmsem/export.hpp>
+#include <shmsem/options.hpp>
+#include <shmsem/permit.hpp>
+#include <shmsem/semaphore.hpp>
+#include <shmsem/service.hpp>
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace shmsem {
+
+/// What a call does when it cannot get its seat: saturation, timeout,
+/// cancellation, a segment that cannot be used (under fail_closed), shutdown.
+enum class OnUnavailable {
+  throw_error,  ///< AcquisitionError propagates (the default)
+  skip,         ///< the call returns an empty optional (false for void) without running
+};
+
+/// What a call does when the semaphore's segment cannot be opened at all
+/// (permission denied, /dev/shm read-only or full, a corrupt file).
+enum class FailMode {
+  fail_open,    ///< run the body without a bound; warn once per key (the default)
+  fail_closed,  ///< treat it as unavailable: AcquisitionError with Reason::error
+};
+
+/// OnUnavailable, or a callable (std::string_view key, Reason reason) that
+/// maps the failure to the caller's own error by throwing it. If the
+/// callable returns instead, the original AcquisitionError propagates.
+class SHMSEM_API UnavailablePolicy {
+ public:
+  UnavailablePolicy(OnUnavailable mode = OnUnavailable::throw_error) noexcept : mode_(mode) {}
+  template <class F>
+  requires(std::is_invocable_v<const F&, std::string_view, Reason> &&
+           !std::is_convertible_v<F, OnUnavailable>) UnavailablePolicy(F map)
+      : mode_(OnUnavailable::throw_error), map_(std::move(map)) {}
+
+  bool skips() const noexcept { return mode_ == OnUnavailable::skip; }
+
+  /// Applies the policy to a failed acquisition of `key`: returns for skip,
+  /// otherwise throws (the mapped error, or `error`; `error_is_current` says
+  /// that `error` is the exception being handled, so it is rethrown as is).
+  void apply(std::string_view key, const AcquisitionError& error, bool error_is_current) const;
+
+ private:
+  OnUnavailable mode_;
+  std::function<void(std::string_view, Reason)> map_;
+};
+
+/// Options of bounded(). Key is std::string for templates; CTAD picks a
+/// callable's type when BoundedOptions{...} is spelled out.
+template <class Key = std::string>
+struct BoundedOptions {
+  /// The semaphore key: a template ("export:{0}") or a callable.
+  Key key;
+  /// Capacity used when a call creates the semaphore. Use the same value
+  /// everywhere the key is used; an existing semaphore keeps its capacity.
+  int permits = 1;
+  /// Lease TTL of each call's seat; nullopt: the service's default (none).
+  std::optional<std::chrono::milliseconds> ttl;
+  /// Wait budget per call; nullopt waits until a seat is free.
+  std::optional<std::chrono::milliseconds> wait_timeout;
+  /// Renew the lease in the background while the body runs (needs a TTL).
+  std::optional<bool> auto_renew;
+  UnavailablePolicy on_unavailable;
+  FailMode fail_mode = FailMode::fail_open;
+  /// The Service whose cached handles the calls use; nullptr:
+  /// Service::instance(). Must outlive the wrapper.
+  Service* service = nullptr;
+};
+
+namespace detail {
+
+/// A parsed key template.
+struct SHMSEM_API key_template {
+  /// Parses `text`; throws std::invalid_argument for `{}`, a non-numeric or
+  /// too large index (64 and above), or unbalanced braces.
+  explicit key_template(std::string text);
+  std::string text;              // as given, for fmt
+  std::string literal;           // the key when there is no placeholder
+  std::uint64_t referenced = 0;  // bit n: {n} occurs
+  int max_index = -1;            // -1: no placeholder
+  /// Throws std::invalid_argument unless every placeholder names one of
+  /// `arity` arguments that fmt can format (formattable[n]). arity < 0:
+  /// parameter types unknown (a generic callable).
+  void check(int arity, const bool* formattable) const;
+};
+
+/// fmt::vformat(text, args); an fmt error becomes std::invalid_argument.
+SHMSEM_API std::string format_key(std::string_view text, fmt::format_args args);
+
+/// Throws std::invalid_argument: a placeholder of `text` names an argument
+/// that is missing or that fmt cannot format.
+[[noreturn]] SHMSEM_API void unformattable_arguments(std::string_view text);
+
+/// Logs the fail-open warning for `key`, once per key per process.
+SHMSEM_API void warn_fail_open(std::string_view key, std::exception_ptr cause) noexcept;
+
+/// The AcquisitionError for a segment that could not be opened under
+/// fail_closed (Reason::error, or Reason::shutdown after shutdown()).
+SHMSEM_API AcquisitionError unopenable(std::string_view key, std::exception_ptr cause);
+
+// Parameter types of a callable with one non-template call signature.
+template <class T, class = void>
+struct params {
+  static constexpr bool known = false;
+};
+template <class R, class... A>
+struct params<R (*)(A...)> {
+  static constexpr bool known = true;
+  using types = std::tuple<A...>;
+};
+template <class R, class... A>
+struct params<R (*)(A...) noexcept> : params<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct params<R (C::*)(A...)> : params<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct params<R (C::*)(A...) const> : params<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct params<R (C::*)(A...) noexcept> : params<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct params<R (C::*)(A...) const noexcept> : params<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct params<R (C::*)(A...)&> : params<R (*)(A...)> {};
+template <class R, class C, class... A>
+struct params<R (C::*)(A...) const&> : params<R (*)(A...)> {};
+template <class F>
+struct params<F, std::void_t<decltype(&F::operator())>> : params<decltype(&F::operator())> {};
+
+template <class T>
+inline constexpr bool formattable_v = fmt::is_formattable<std::remove_cvref_t<T>>::value;
+
+template <class Tuple>
+struct formattable_table;
+template <class... A>
+struct formattable_table<std::tuple<A...>> {
+  static constexpr bool value[sizeof...(A) + 1] = {formattable_v<A>..., false};
+};
+
+// An argument as fmt sees it; arguments fmt cannot format are never named
+// by a checked template and stand in as 0.
+template <class T>
+decltype(auto) format_view(const T& v) {
+  if constexpr (formattable_v<T>)
+    return (v);
+  else
+    return 0;
+}
+
+// Everything a wrapper's copies share.
+template <class Key>
+struct bounded_state {
+  Key key;  // key_template, or the user's key callable
+  int permits;
+  AcquireOptions acquire;
+  UnavailablePolicy on_unavailable;
+  FailMode fail_mode;
+  Service* service;
+};
+
+}  // namespace detail
+
+/// The callable bounded() returns. Calling it with args: makes the key,
+/// takes one seat of it through the Service (blocking up to wait_timeout),
+/// runs fn(args...) and always releases the seat, also when fn throws (fn's
+/// exception propagates unchanged; a seat lost meanwhile is logged, not
+/// thrown). Returns std::optional<R> (bool for void), empty when skipped.
+/// Acquisition failures follow on_unavailable; a segment that cannot be
+/// opened follows fail_mode. std::invalid_argument (bad key, permits) always
+/// propagates.
+template <class F, class Key>
+class Bounded {
+ public:
+  Bounded(std::shared_ptr<const detail::bounded_state<Key>> state, F fn)
+      : state_(std::move(state)), fn_(std::move(fn)) {}
+
+  template <class... Args>
+  requires std::is_invocable_v<const F&, Args&&...>
+  auto operator()(Args&&... args) const { return call(fn_, std::forward<Args>(args)...); }
+  template <class... Args>
+  requires(std::is_invocable_v<F&, Args&&...> && !std::is_invocable_v<const F&, Args&&...>) auto
+  operator()(Args&&... args) {
+    return call(fn_, std::forward<Args>(args)...);
+  }
+
+ private:
+  template <class Fn, class... Args>
+  static auto run(Fn& fn, Args&&... args) {
+    using R = std::invoke_result_t<Fn&, Args&&...>;
+    if constexpr (std::is_void_v<R>) {
+      std::invoke(fn, std::forward<Args>(args)...);
+      return true;
+    } else {
+      return std::optional<R>(std::invoke(fn, std::forward<Args>(args)...));
+    }
+  }
+
+  template <class Fn, class... Args>
+  auto call(Fn& fn, Args&&... args) const {
+    using R = std::invoke_result_t<Fn&, Args&&...>;
+    static_assert(!std::is_reference_v<R>,
+                  "shmsem::bounded: the callable returns a reference; return a pointer or "
+                  "std::reference_wrapper instead");
+    using Result = std::conditional_t<std::is_void_v<R>, bool, std::optional<R>>;
+    const auto& st = *state_;
+
+    std::string owned;
+    std::string_view key;
+    if constexpr (std::is_same_v<Key, detail::key_template>) {
+      if (st.key.max_index < 0) {
+        key = st.key.literal;  // the hot path: no allocation for a fixed key
+      } else {
+        // bounded() checked the template against F's parameters; the actual
+        // arguments may still be of other (convertible) types.
+        constexpr std::uint64_t formattable = [] {
+          std::uint64_t m = 0;
+          int i = 0;
+          ((m |= std::uint64_t{detail::formattable_v<Args>} << i, ++i), ...);
+          return m;
+        }();
+        if ((st.key.referenced & ~formattable) != 0) detail::unformattable_arguments(st.key.text);
+        owned = [&](const auto&... a) {
+          return detail::format_key(st.key.text, fmt::make_format_args(a...));
+        }(detail::format_view(args)...);
+        key = owned;
+      }
+    } else {
+      owned = std::string(std::invoke(st.key, std::as_const(args)...));
+      key = owned;
+    }
+
+    Service& svc = st.service ? *st.service : Service::instance();
+    std::shared_ptr<Semaphore> sem;
+    try {
+      sem = svc.semaphore(key, st.permits);
+    } catch (const SegmentError&) {
+      if (st.fail_mode == FailMode::fail_open && !shutdown_requested()) {
+        detail::warn_fail_open(key, std::current_exception());
+        return run(fn, std::forward<Args>(args)...);
+      }
+      st.on_unavailable.apply(key, detail::unopenable(key, std::current_exception()), false);
+      return Result{};
+    }
+
+    Permit permit;
+    try {
+      permit = sem->acquire(1, st.acquire);
+    } catch (const AcquisitionError& e) {
+      st.on_unavailable.apply(key, e, true);
+      return Result{};
+    }
+    struct releaser {
+      Permit& p;
+      ~releaser() { detail::release_after_work(p); }
+    } guard{permit};
+    return run(fn, std::forward<Args>(args)...);
+  }
+
+  std::shared_ptr<const detail::bounded_state<Key>> state_;
+  F fn_;
+};
+
+namespace detail {
+
+template <class F, class Key, class K>
+auto make_bounded(Key key, const BoundedOptions<K>& o, F fn) {
+  AcquireOptions acquire;
+  acquire.ttl = o.ttl;
+  acquire.wait_timeout = o.wait_timeout;
+  acquire.auto_renew = o.auto_renew;
+  auto state = std::make_shared<const bounded_state<Key>>(bounded_state<Key>{
+      std::move(key), o.permits, std::move(acquire), o.on_unavailable, o.fail_mode, o.service});
+  return Bounded<F, Key>(std::move(state), std::move(fn));
+}
+
+template <class F>
+key_template checked_template(std::string text) {
+  key_template t(std::move(text));
+  if constexpr (params<F>::known) {
+    using types = typename params<F>::types;
+    t.check(static_cast<int>(std::tuple_size_v<types>), formattable_table<types>::value);
+  } else {
+    t.check(-1, nullptr);
+  }
+  return t;
+}
+
+}  // namespace detail
+
+/// Wraps fn with a key template (see the banner). Throws
+/// std::invalid_argument now for a template the callable's arguments cannot
+/// fill, or permits outside 1..kMaxCapacity. Does not touch any segment.
+template <class F>
+auto bounded(BoundedOptions<> options, F fn) {
+  if (options.permits < 1 || options.permits > kMaxCapacity)
+    throw std::invalid_argument("shmsem::bounded: permits must be in 1..kMaxCapacity");
+  auto key = detail::checked_template<F>(std::move(options.key));
+  return detail::make_bounded(std::move(key), options, std::move(fn));
+}
+
+/// Wraps fn with a key callable, or a template given as another string type.
+template <class Key, class F>
+requires(!std::is_same_v<Key, std::string>) auto bounded(BoundedOptions<Key> options, F fn) {
+  if (options.permits < 1 || options.permits > kMaxCapacity)
+    throw std::invalid_argument("shmsem::bounded: permits must be in 1..kMaxCapacity");
+  if constexpr (std::is_convertible_v<const Key&, std::string_view>) {
+    auto key = detail::checked_template<F>(std::string(std::string_view(options.key)));
+    return detail::make_bounded(std::move(key), options, std::move(fn));
+  } else {
+    return detail::make_bounded(std::move(options.key), options, std::move(fn));
+  }
+}
+
+}  // namespace shmsem

@@ -1,0 +1,253 @@
+// metrics.cpp: the Prometheus text exposition of every semaphore on the host
+// (format 0.0.4) and its atomic textfile writer. Everything is read through
+// the public introspection API (list, attach, snapshot), as a tool would.
+#include <shmsem/metrics.hpp>
+#include <shmsem/semaphore.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+#include <system_error>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+namespace shmsem {
+namespace {
+
+// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not one
+// (overlong forms, surrogates and code points above U+10FFFF are invalid).
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) return 1;
+  std::size_t len;
+  std::uint32_t cp;
+  if ((b0 & 0xE0) == 0xC0) {
+    len = 2;
+    cp = b0 & 0x1Fu;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3;
+    cp = b0 & 0x0Fu;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4;
+    cp = b0 & 0x07u;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3Fu);
+  }
+  static constexpr std::uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMinForLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+// A key as a label value: valid UTF-8 (invalid bytes become U+FFFD, since the
+// format requires UTF-8), with backslash, double quote and newline escaped.
+std::string label_value(std::string_view key) {
+  std::string out;
+  out.reserve(key.size() + 8);
+  for (std::size_t i = 0; i < key.size();) {
+    const std::size_t len = utf8_sequence_length(key, i);
+    if (len == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+      continue;
+    }
+    if (len == 1) {
+      switch (key[i]) {
+        case '\\':
+          out += "\\\\";
+          break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        default:
+          out += key[i];
+      }
+    } else {
+      out.append(key.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
+}
+
+// A sample value as Prometheus (Go's ParseFloat) reads it.
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", v);
+}
+
+void family_header(std::string& out, std::string_view name, std::string_view type,
+                   std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+struct Series {
+  std::string label;  // the escaped key
+  const Snapshot* snap;
+};
+
+void histogram(std::string& out, std::string_view name, std::string_view help,
+               const std::vector<Series>& series, Histogram Stats::*member) {
+  family_header(out, name, "histogram", help);
+  auto it = std::back_inserter(out);
+  for (const auto& s : series) {
+    const Histogram& h = s.snap->stats.*member;
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < Histogram::kBounds.size(); ++i) {
+      cumulative += h.counts[i];
+      fmt::format_to(it, "{}_bucket{{key=\"{}\",le=\"{}\"}} {}\n", name, s.label,
+                     number(Histogram::kBounds[i]), cumulative);
+    }
+    cumulative += h.counts[Histogram::kBounds.size()];
+    fmt::format_to(it, "{}_bucket{{key=\"{}\",le=\"+Inf\"}} {}\n", name, s.label, cumulative);
+    fmt::format_to(it, "{}_sum{{key=\"{}\"}} {}\n", name, s.label, number(h.sum_seconds));
+    fmt::format_to(it, "{}_count{{key=\"{}\"}} {}\n", name, s.label, cumulative);
+  }
+}
+
+template <class Value>
+void simple(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+            const std::vector<Series>& series, Value value) {
+  family_header(out, name, type, help);
+  for (const auto& s : series)
+    fmt::format_to(std::back_inserter(out), "{}{{key=\"{}\"}} {}\n", name, s.label, value(*s.snap));
+}
+
+}  // namespace
+
+std::string metrics_text(const std::vector<Snapshot>& snapshots, int skipped_segments) {
+  std::vector<Series> series;
+  series.reserve(snapshots.size());
+  std::unordered_set<std::string> seen;
+  for (const auto& snap : snapshots) {
+    std::string label = label_value(snap.key);
+    if (!seen.insert(label).second) {
+      ++skipped_segments;  // two keys that differ only in invalid UTF-8
+      continue;
+    }
+    series.push_back({std::move(label), &snap});
+  }
+
+  std::string out;
+  out.reserve(256 + series.size() * 4096);
+  auto it = std::back_inserter(out);
+
+  family_header(out, "shmsem_acquisitions_total", "counter",
+                "Acquisition attempts by outcome, fleet-wide since the segment was created.");
+  for (const auto& s : series) {
+    const Stats& st = s.snap->stats;
+    const std::pair<const char*, std::uint64_t> rows[] = {
+        {"acquired", st.acquired},  {"timeout", st.timeouts}, {"cancelled", st.cancelled},
+        {"shutdown", st.shutdowns}, {"error", st.rejected},   {"unavailable", st.try_failures}};
+    for (const auto& [status, value] : rows)
+      fmt::format_to(it, "shmsem_acquisitions_total{{key=\"{}\",status=\"{}\"}} {}\n", s.label,
+                     status, value);
+  }
+
+  histogram(out, "shmsem_wait_duration_seconds", "Time from acquire call to grant, granted leases.",
+            series, &Stats::wait);
+  histogram(out, "shmsem_hold_duration_seconds", "Time from grant to release, released leases.",
+            series, &Stats::hold);
+  simple(out, "shmsem_permits_active", "gauge", "Seats in use now.", series,
+         [](const Snapshot& s) { return s.used; });
+  simple(out, "shmsem_permits_capacity", "gauge", "Capacity of the semaphore.", series,
+         [](const Snapshot& s) { return s.capacity; });
+  simple(out, "shmsem_waiters", "gauge", "Callers blocked in acquire now, fleet-wide.", series,
+         [](const Snapshot& s) { return s.waiters; });
+
+  family_header(out, "shmsem_reclaimed_total", "counter",
+                "Leases taken back from their holder, by cause.");
+  for (const auto& s : series) {
+    const Stats& st = s.snap->stats;
+    const std::pair<const char*, std::uint64_t> rows[] = {
+        {"dead_holder", st.reaped}, {"expired", st.expired}, {"force_released", st.force_released}};
+    for (const auto& [cause, value] : rows)
+      fmt::format_to(it, "shmsem_reclaimed_total{{key=\"{}\",cause=\"{}\"}} {}\n", s.label, cause,
+                     value);
+  }
+  simple(out, "shmsem_recoveries_total", "counter",
+         "Repairs after a process died holding the segment lock.", series,
+         [](const Snapshot& s) { return s.stats.recoveries; });
+
+  family_header(out, "shmsem_scrape_skipped_segments", "gauge",
+                "Segments listed but not readable in this scrape.");
+  fmt::format_to(it, "shmsem_scrape_skipped_segments {}\n", skipped_segments);
+  return out;
+}
+
+std::string metrics_text() {
+  std::vector<Snapshot> snapshots;
+  int skipped = 0;
+  std::vector<std::string> keys;
+  try {
+    keys = Semaphore::list();
+  } catch (const std::exception&) {
+    ++skipped;  // /dev/shm itself unreadable: report that, not an exception
+  }
+  Options attach_options;
+  attach_options.open_timeout = std::chrono::milliseconds(200);
+  for (const auto& key : keys) {
+    try {
+      snapshots.push_back(Semaphore::attach(key, attach_options).snapshot());
+    } catch (const SegmentError& e) {
+      // Removed between list() and attach(): gone, not unreadable.
+      if (e.code() != make_error_code(errc::not_found)) ++skipped;
+    } catch (const std::exception&) {
+      ++skipped;
+    }
+  }
+  return metrics_text(snapshots, skipped);
+}
+
+void write_metrics_textfile(const std::string& path) {
+  static std::atomic<unsigned> counter{0};
+  const std::string text = metrics_text();
+  // Ends in neither .prom nor anything the collector reads.
+  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
+  auto fail = [&](const char* what, bool remove_tmp) {
+    const int err = errno;
+    if (remove_tmp) ::unlink(tmp.c_str());
+    throw std::system_error(err, std::system_category(),
+                            fmt::format("write_metrics_textfile: {} {}", what, path));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) fail("cannot create a temporary file beside", false);
+  std::string_view left = text;
+  while (!left.empty()) {
+    const ssize_t n = ::write(fd, left.data(), left.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      errno = err;
+      fail("cannot write", true);
+    }
+    left.remove_prefix(static_cast<std::size_t>(n));
+  }
+  if (::fchmod(fd, 0644) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    fail("cannot chmod the temporary file of", true);
+  }
+  if (::close(fd) != 0) fail("cannot close the temporary file of", true);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename a temporary file to", true);
+}
+
+}  // namespace shmsem

@@ -1,0 +1,288 @@
+// service.cpp: the key-based Service, its two-tier handle cache and the
+// process-wide shutdown() contract.
+//
+// Cache tiers:
+//  - per thread: the last kThreadSlots keys this thread used, each with a
+//    weak_ptr to the shared entry. A hit compares strings, locks the
+//    weak_ptr (an atomic increment) and checks that the entry was not
+//    evicted: no lock, no allocation.
+//  - shared: kMaxShards shards, each a mutex, a heterogeneous-lookup hash map
+//    and an LRU list. Only this tier owns entries, so eviction here really
+//    closes the handle once no call in progress uses it; the per-thread
+//    weak_ptrs then expire.
+#include <shmsem/logging.hpp>
+#include <shmsem/service.hpp>
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace shmsem {
+namespace detail {
+
+// One cached handle. Owned by the shared tier (and by calls in progress).
+struct service_entry {
+  service_entry(std::string_view k, Semaphore s) : key(k), sem(std::move(s)) {}
+  std::string key;
+  Semaphore sem;
+  std::atomic<bool> live{true};  // false once evicted from the shared tier
+};
+
+}  // namespace detail
+
+struct Service::impl {
+  using entry = detail::service_entry;
+
+  struct key_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+
+  struct shard {
+    struct slot {
+      std::shared_ptr<entry> e;
+      std::list<entry*>::iterator lru_pos;
+    };
+    mutable std::mutex mu;
+    std::unordered_map<std::string, slot, key_hash, std::equal_to<>> map;
+    std::list<entry*> lru;  // most recently used first
+  };
+
+  static constexpr std::size_t kMaxShards = 16;
+
+  explicit impl(ServiceOptions o) : options(std::move(o)) {
+    const std::size_t cap = options.cache_capacity < 1 ? 1 : options.cache_capacity;
+    shard_count = 1;
+    while (shard_count * 2 <= kMaxShards && shard_count * 2 <= cap) shard_count *= 2;
+    per_shard = (cap + shard_count - 1) / shard_count;
+  }
+
+  shard& shard_of(std::string_view key) { return shards[key_hash{}(key) & (shard_count - 1)]; }
+
+  static std::shared_ptr<Semaphore> alias(std::shared_ptr<entry> e) {
+    Semaphore* s = &e->sem;
+    return std::shared_ptr<Semaphore>(std::move(e), s);
+  }
+
+  // The shared tier: returns the entry, opening it with `open` on a miss.
+  // `open` runs outside every lock, since it may wait for another process.
+  // A template, not std::function: the hit path must not allocate.
+  template <class Open>
+  std::shared_ptr<entry> lookup(std::string_view key, Open&& open) {
+    shard& sh = shard_of(key);
+    {
+      std::lock_guard lk(sh.mu);
+      if (auto it = sh.map.find(key); it != sh.map.end()) {
+        sh.lru.splice(sh.lru.begin(), sh.lru, it->second.lru_pos);
+        return it->second.e;
+      }
+    }
+    auto fresh = std::make_shared<entry>(key, open());
+    std::vector<std::shared_ptr<entry>> evicted;  // closed after the unlock
+    std::shared_ptr<entry> result;
+    {
+      std::lock_guard lk(sh.mu);
+      if (auto it = sh.map.find(key); it != sh.map.end()) {
+        sh.lru.splice(sh.lru.begin(), sh.lru, it->second.lru_pos);
+        result = it->second.e;  // another thread won the race; ours is dropped
+        evicted.push_back(std::move(fresh));
+      } else {
+        sh.lru.push_front(fresh.get());
+        sh.map.emplace(std::string(key), shard::slot{fresh, sh.lru.begin()});
+        result = std::move(fresh);
+        while (sh.map.size() > per_shard) {
+          entry* victim = sh.lru.back();
+          sh.lru.pop_back();
+          auto pos = sh.map.find(std::string_view(victim->key));
+          victim->live.store(false, std::memory_order_release);
+          evicted.push_back(std::move(pos->second.e));
+          sh.map.erase(pos);
+        }
+      }
+    }
+    return result;
+  }
+
+  void clear() {
+    for (std::size_t i = 0; i < shard_count; ++i) {
+      std::unordered_map<std::string, shard::slot, key_hash, std::equal_to<>> dropped;
+      {
+        std::lock_guard lk(shards[i].mu);
+        for (auto& [k, s] : shards[i].map) s.e->live.store(false, std::memory_order_release);
+        dropped.swap(shards[i].map);
+        shards[i].lru.clear();
+      }
+    }
+  }
+
+  std::size_t cached() const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < shard_count; ++i) {
+      std::lock_guard lk(shards[i].mu);
+      n += shards[i].map.size();
+    }
+    return n;
+  }
+
+  const std::uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
+  const ServiceOptions options;
+  std::size_t shard_count;
+  std::size_t per_shard;
+  std::array<shard, kMaxShards> shards;
+
+  static inline std::atomic<std::uint64_t> next_id{1};
+};
+
+namespace {
+
+// The per-thread tier. Service ids are never reused, so a slot of a
+// destroyed Service can only miss (and its weak_ptr has expired anyway).
+constexpr std::size_t kThreadSlots = 8;
+
+struct thread_slot {
+  std::uint64_t service = 0;
+  std::string key;
+  std::weak_ptr<detail::service_entry> e;
+  std::uint64_t stamp = 0;
+};
+
+struct thread_cache {
+  std::array<thread_slot, kThreadSlots> slots;
+  std::uint64_t clock = 0;
+};
+
+thread_local thread_cache t_cache;
+
+std::shared_ptr<detail::service_entry> thread_lookup(std::uint64_t service, std::string_view key) {
+  thread_cache& c = t_cache;
+  for (auto& s : c.slots) {
+    if (s.service != service || std::string_view(s.key) != key) continue;
+    auto e = s.e.lock();
+    if (e && e->live.load(std::memory_order_acquire)) {
+      s.stamp = ++c.clock;
+      return e;
+    }
+    s.service = 0;
+    s.e.reset();
+    return nullptr;
+  }
+  return nullptr;
+}
+
+void thread_insert(std::uint64_t service, std::string_view key,
+                   const std::shared_ptr<detail::service_entry>& e) {
+  thread_cache& c = t_cache;
+  thread_slot* victim = &c.slots[0];
+  for (auto& s : c.slots) {
+    if (s.service == 0) {
+      victim = &s;
+      break;
+    }
+    if (s.stamp < victim->stamp) victim = &s;
+  }
+  victim->service = service;
+  victim->key.assign(key);
+  victim->e = e;
+  victim->stamp = ++c.clock;
+}
+
+std::atomic<bool> g_shutdown{false};
+
+bool is_not_found(const SegmentError& e) {
+  return e.code() == make_error_code(errc::not_found);
+}
+
+}  // namespace
+
+Service::Service(ServiceOptions options) : impl_(std::make_unique<impl>(std::move(options))) {}
+
+Service::~Service() {
+  impl_->clear();
+}
+
+Service& Service::instance() {
+  // Leaked on purpose: usable from static destructors and atexit handlers.
+  static Service* const s = new Service();
+  return *s;
+}
+
+std::shared_ptr<Semaphore> Service::semaphore(std::string_view key, int permits) {
+  if (auto e = thread_lookup(impl_->id, key)) return impl::alias(std::move(e));
+  auto e = impl_->lookup(
+      key, [&] { return Semaphore::open(key, permits, impl_->options.handle_options); });
+  thread_insert(impl_->id, key, e);
+  return impl::alias(std::move(e));
+}
+
+std::shared_ptr<Semaphore> Service::existing(std::string_view key) {
+  if (auto e = thread_lookup(impl_->id, key)) return impl::alias(std::move(e));
+  try {
+    auto e =
+        impl_->lookup(key, [&] { return Semaphore::attach(key, impl_->options.handle_options); });
+    thread_insert(impl_->id, key, e);
+    return impl::alias(std::move(e));
+  } catch (const SegmentError& err) {
+    if (is_not_found(err)) return nullptr;
+    throw;
+  }
+}
+
+std::shared_ptr<Semaphore> Service::semaphore_for_acquire(std::string_view key, int permits) {
+  try {
+    return semaphore(key, permits);
+  } catch (const SegmentError& e) {
+    throw AcquisitionError(
+        shutdown_requested() ? Reason::shutdown : Reason::error,
+        std::string("cannot open semaphore '") + std::string(key) + "': " + e.what(),
+        std::current_exception());
+  }
+}
+
+Permit Service::acquire(std::string_view key, int permits, const AcquireOptions& opts) {
+  return semaphore_for_acquire(key, permits)->acquire(1, opts);
+}
+
+std::optional<Permit> Service::try_acquire(std::string_view key, int permits,
+                                           const AcquireOptions& opts) {
+  return semaphore_for_acquire(key, permits)->try_acquire(1, opts);
+}
+
+int Service::used_permits(std::string_view key) {
+  auto sem = existing(key);
+  return sem ? sem->used() : 0;
+}
+
+int Service::available_permits(std::string_view key, int permits) {
+  return semaphore(key, permits)->available();
+}
+
+int Service::force_release_all(std::string_view key) {
+  auto sem = existing(key);
+  return sem ? sem->force_release_all() : 0;
+}
+
+void Service::clear() {
+  impl_->clear();
+}
+
+std::size_t Service::cached() const {
+  return impl_->cached();
+}
+
+void shutdown() {
+  g_shutdown.store(true, std::memory_order_release);
+  shutdown_all();
+}
+
+bool shutdown_requested() noexcept {
+  return g_shutdown.load(std::memory_order_acquire);
+}
+
+}  // namespace shmsem
