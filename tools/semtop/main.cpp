@@ -1,0 +1,157 @@
+// semtop/main.cpp: options, the batch modes (--once, -n, --json,
+// --prometheus) and the interactive main loop: one getch() with a short
+// timeout, a refresh every interval, and key results turned into actions.
+#include "model.hpp"
+#include "report.hpp"
+#include "terminal.hpp"
+#include "view.hpp"
+
+#include <shmsem/metrics.hpp>
+#include <shmsem/semaphore.hpp>
+#include <shmsem/version.hpp>
+
+#include <curses.h>
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <iostream>
+#include <thread>
+
+namespace {
+
+struct settings {
+  double interval_s = 1.0;
+  int iterations = 0;  // 0: interactive (or one, for --json/--prometheus)
+  bool once = false;
+  bool json = false;
+  bool prometheus = false;
+  bool readonly = false;
+  bool no_color = false;
+  std::string filter;
+  std::string sort = "key";
+};
+
+semtop::sort_key parse_sort(const std::string& s) {
+  if (s == "util") return semtop::sort_key::util;
+  if (s == "waiters") return semtop::sort_key::waiters;
+  if (s == "rate") return semtop::sort_key::acquire_rate;
+  return semtop::sort_key::key;
+}
+
+std::chrono::nanoseconds interval(const settings& s) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(s.interval_s));
+}
+
+int run_batch(const settings& s, semtop::model& m, const std::string& host) {
+  if (s.prometheus) {
+    std::cout << shmsem::metrics_text();
+    return std::cout.good() ? 0 : 1;
+  }
+  const int n = s.once ? 1 : std::max(1, s.iterations);
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) std::this_thread::sleep_for(interval(s));
+    m.update(semtop::sample_all(), semtop::clock::now());
+    if (s.json) continue;  // one document, from the last sample
+    if (i > 0) std::cout << "\n";
+    semtop::print_table(std::cout, m, host, true);
+    std::cout.flush();
+  }
+  if (s.json) std::cout << semtop::to_json(m, host).dump(2) << "\n";
+  return std::cout.good() ? 0 : 1;
+}
+
+std::string do_reap(const semtop::model& m) {
+  int seats = 0, failed = 0;
+  for (const auto& r : m.rows()) {
+    if (!r.ok()) continue;
+    try {
+      seats += shmsem::Semaphore::attach(r.key).reap();
+    } catch (const std::exception&) {
+      ++failed;
+    }
+  }
+  std::string msg = "reaped " + std::to_string(seats) + " seat" + (seats == 1 ? "" : "s");
+  if (failed) msg += " (" + std::to_string(failed) + " failed)";
+  return msg;
+}
+
+std::string do_drain(const std::string& key) {
+  try {
+    const int displaced = shmsem::Semaphore::attach(key).force_release_all();
+    return "drained " + key + ": " + std::to_string(displaced) + " live lease" +
+           (displaced == 1 ? "" : "s") + " displaced";
+  } catch (const std::exception& e) {
+    return "drain failed: " + semtop::describe_error(e);
+  }
+}
+
+int run_interactive(const settings& s, semtop::model& m, const std::string& host) {
+  semtop::terminal::install_signal_handlers();
+  {
+    semtop::terminal term(!s.no_color);
+    semtop::view v(m, host, s.readonly, term.colors(), s.interval_s);
+    // Short getch() timeouts so a quit signal is seen quickly; the refresh
+    // itself runs on its own schedule.
+    timeout(100);
+    auto next_refresh = semtop::clock::now();
+    for (;;) {
+      if (semtop::terminal::quit_signal()) break;
+      const auto now = semtop::clock::now();
+      bool redraw = false;
+      if (now >= next_refresh) {
+        m.update(semtop::sample_all(), now);
+        next_refresh = now + interval(s);
+        redraw = true;
+      }
+      if (redraw) v.draw();
+      const int ch = getch();
+      if (ch == ERR) continue;
+      const auto res = v.handle_key(ch);
+      if (res.quit) break;
+      if (res.act == semtop::key_result::action::reap) v.set_message(do_reap(m));
+      if (res.act == semtop::key_result::action::drain) v.set_message(do_drain(res.target));
+      if (res.act != semtop::key_result::action::none || res.rescan) {
+        next_refresh = semtop::clock::now();
+      } else if (res.redraw) {
+        v.draw();
+      }
+    }
+  }  // the terminal is restored here, on every path out of the loop
+  semtop::terminal::reraise_quit_signal();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings s;
+  CLI::App app{"semtop: live view of the shmsem semaphores of this host", "semtop"};
+  app.set_version_flag("-V,--version", std::string("semtop ") + shmsem::kVersionString);
+  app.add_option("-d,--delay", s.interval_s, "Refresh interval in seconds (default 1)")
+      ->check(CLI::Range(0.05, 3600.0));
+  app.add_option("-n,--iterations", s.iterations,
+                 "Print the table N times, one interval apart, then exit (like top -b -n)")
+      ->check(CLI::Range(1, 1000000));
+  app.add_flag("--once", s.once, "Print the table once as plain text and exit");
+  app.add_flag("--json", s.json, "Print one JSON document with every semaphore and exit");
+  app.add_flag("--prometheus", s.prometheus, "Print the Prometheus text exposition and exit");
+  app.add_flag("--readonly", s.readonly, "Disable the r (reap) and D (force-release) keys");
+  app.add_flag("--no-color", s.no_color, "Do not use colours");
+  app.add_option("-f,--filter", s.filter, "Show only keys containing this substring");
+  app.add_option("-s,--sort", s.sort, "Initial sort: key, util, waiters or rate")
+      ->check(CLI::IsMember({"key", "util", "waiters", "rate"}));
+  CLI11_PARSE(app, argc, argv);
+
+  semtop::model m;
+  m.set_filter(s.filter);
+  m.set_sort(parse_sort(s.sort));
+  const std::string host = semtop::host_name();
+  try {
+    if (s.once || s.iterations > 0 || s.json || s.prometheus) return run_batch(s, m, host);
+    return run_interactive(s, m, host);
+  } catch (const std::exception& e) {
+    std::cerr << "semtop: " << e.what() << "\n";
+    return 1;
+  }
+}

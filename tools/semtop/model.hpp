@@ -1,0 +1,119 @@
+// semtop/model.hpp: what semtop shows, without any terminal code.
+//
+// The model turns samples (one Snapshot per semaphore, or the reason it
+// could not be read) into rows: rates between two samples, reclaimed seats,
+// oldest hold, sorting and filtering. sample_all() is the only function here
+// that touches the library; everything else works on plain values, so the
+// unit tests feed it hand-made samples. The view (view.cpp) and the batch
+// printers (report.cpp) only read rows.
+#pragma once
+
+#include <shmsem/stats.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace semtop {
+
+using clock = std::chrono::steady_clock;
+
+/// One semaphore as read at one moment: a snapshot, or why there is none.
+struct sample {
+  std::string key;
+  std::optional<shmsem::Snapshot> snap;
+  /// Empty when snap is set; otherwise a short reason: "corrupt: ...",
+  /// "incompatible: ...", "no permission", "vanished", ...
+  std::string error;
+};
+
+/// Reads every semaphore of the host through the public API: list(),
+/// attach(), snapshot(). Never takes a segment lock and never throws for
+/// one bad segment: that segment becomes a sample with an error.
+std::vector<sample> sample_all();
+
+/// Reads one semaphore (same rules as sample_all()).
+sample sample_one(const std::string& key);
+
+/// The short reason shown for a segment that cannot be read.
+std::string describe_error(const std::exception& e);
+
+/// One table row.
+struct row {
+  std::string key;
+  std::optional<shmsem::Snapshot> snap;  ///< nullopt: unreadable, see error
+  std::string error;
+  /// Rates since the previous sample of the same key; nullopt on the first.
+  std::optional<double> acquire_rate;
+  std::optional<double> timeout_rate;
+  /// Seats reclaimed (reaped, expired, force-released) since the previous
+  /// sample; 0 on the first.
+  std::uint64_t reclaimed_interval = 0;
+  /// Age of the oldest lease, if any.
+  std::optional<clock::duration> oldest_hold;
+
+  bool ok() const { return snap.has_value(); }
+  double utilization() const { return snap ? snap->utilization : 0.0; }
+  int waiters() const { return snap ? snap->waiters : 0; }
+};
+
+enum class sort_key { key, util, waiters, acquire_rate };
+/// "key", "util", "waiters", "acq/s".
+const char* to_string(sort_key k);
+/// The next sort order in the cycle key → util → waiters → acquire rate → key.
+sort_key next(sort_key k);
+
+/// Header totals over the visible (filtered) rows.
+struct totals {
+  int semaphores = 0;
+  int unreadable = 0;
+  long long used = 0;
+  long long capacity = 0;
+  long long waiters = 0;
+  std::uint64_t reclaimed_interval = 0;
+};
+
+/// The rows of the last update, with rates against the update before.
+class model {
+ public:
+  /// Replaces the rows with `samples` taken at `now`.
+  void update(std::vector<sample> samples, clock::time_point now);
+
+  /// Rows that match the filter, in the current sort order.
+  std::vector<row> rows() const;
+  totals sum() const;
+
+  void set_sort(sort_key k) { sort_ = k; }
+  sort_key sort() const { return sort_; }
+  void cycle_sort() { sort_ = next(sort_); }
+  /// Keeps only rows whose key contains `substring` (empty: all).
+  void set_filter(std::string substring) { filter_ = std::move(substring); }
+  const std::string& filter() const { return filter_; }
+
+  /// The row with this key, if it is visible.
+  std::optional<row> find(const std::string& key) const;
+  clock::time_point updated_at() const { return now_; }
+
+ private:
+  struct previous {
+    shmsem::Stats stats;
+    clock::time_point at;
+  };
+  std::vector<row> rows_;
+  std::map<std::string, previous> prev_;
+  clock::time_point now_{};
+  sort_key sort_ = sort_key::key;
+  std::string filter_;
+};
+
+/// "12s", "3m04s", "2h05m", "-" for nullopt.
+std::string format_age(std::optional<clock::duration> d);
+/// "1.5", "120", "-" for nullopt.
+std::string format_rate(std::optional<double> r);
+/// The command name of a process from /proc/PID/comm, or "?" when gone.
+std::string process_name(int pid);
+
+}  // namespace semtop

@@ -1,0 +1,306 @@
+// semtop/report.cpp: text cells, plain-text tables and JSON for the rows.
+#include "report.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+
+namespace semtop {
+namespace {
+
+std::string percent(double u) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", u * 100.0);
+  return buf;
+}
+
+double seconds(clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+void pad_right(std::ostream& out, const std::string& s, std::size_t w) {
+  out << s;
+  for (std::size_t i = s.size(); i < w; ++i) out << ' ';
+}
+void pad_left(std::ostream& out, const std::string& s, std::size_t w) {
+  for (std::size_t i = s.size(); i < w; ++i) out << ' ';
+  out << s;
+}
+
+nlohmann::json histogram_json(const shmsem::Histogram& h) {
+  nlohmann::json j;
+  j["bounds_seconds"] = h.kBounds;
+  j["counts"] = h.counts;
+  j["count"] = h.count();
+  j["sum_seconds"] = h.sum_seconds;
+  return j;
+}
+
+nlohmann::json stats_json(const shmsem::Stats& s) {
+  return {{"acquired", s.acquired},
+          {"released", s.released},
+          {"timeouts", s.timeouts},
+          {"cancelled", s.cancelled},
+          {"shutdowns", s.shutdowns},
+          {"rejected", s.rejected},
+          {"try_failures", s.try_failures},
+          {"reaped", s.reaped},
+          {"expired", s.expired},
+          {"force_released", s.force_released},
+          {"reclaimed_seats", s.reclaimed_seats},
+          {"recoveries", s.recoveries},
+          {"wait", histogram_json(s.wait)},
+          {"hold", histogram_json(s.hold)}};
+}
+
+}  // namespace
+
+row_cells column_titles() {
+  return {"KEY", "USED/CAP", "WAIT", "UTIL%", "EWMA", "ACQ/s", "TMO/s", "DEAD/EXP", "OLDEST"};
+}
+
+row_cells cells(const row& r) {
+  row_cells c;
+  c.key = r.key;
+  if (!r.snap) return c;
+  const auto& s = *r.snap;
+  c.used_cap = std::to_string(s.used) + "/" + std::to_string(s.capacity);
+  c.wait = std::to_string(s.waiters);
+  c.util_pct = percent(s.utilization);
+  c.ewma = percent(s.utilization_smoothed);
+  c.acq_rate = format_rate(r.acquire_rate);
+  c.tmo_rate = format_rate(r.timeout_rate);
+  c.reclaimed = std::to_string(s.stats.reaped) + "/" + std::to_string(s.stats.expired);
+  c.oldest = format_age(r.oldest_hold);
+  return c;
+}
+
+std::string header_line(const totals& t, const std::string& host) {
+  std::string s = "semtop - " + host + " - " + std::to_string(t.semaphores) + " semaphore" +
+                  (t.semaphores == 1 ? "" : "s");
+  if (t.unreadable) s += " (" + std::to_string(t.unreadable) + " unreadable)";
+  s += " - seats " + std::to_string(t.used) + "/" + std::to_string(t.capacity) + " used - " +
+       std::to_string(t.waiters) + " waiting - " + std::to_string(t.reclaimed_interval) +
+       " reclaimed";
+  return s;
+}
+
+std::string util_bar(double u, int width, bool brackets) {
+  if (width <= 0) return {};
+  const double clamped = std::clamp(u, 0.0, 1.0);
+  const int filled = static_cast<int>(clamped * width + 0.5);
+  std::string s = brackets ? "[" : "";
+  s.append(static_cast<std::size_t>(filled), '#');
+  s.append(static_cast<std::size_t>(width - filled), ' ');
+  if (brackets) s += "]";
+  return s;
+}
+
+holder_cells holder_titles() {
+  return {"PID", "COMMAND", "WEIGHT", "HELD", "TTL LEFT", "STATE"};
+}
+
+holder_cells cells(const shmsem::Holder& h, clock::time_point now) {
+  holder_cells c;
+  if (h.pid > 0) {
+    c.pid = std::to_string(h.pid);
+    c.command = process_name(h.pid);
+  } else {
+    c.pid = "?";
+    c.command = "?";
+  }
+  if (h.foreign_namespace) c.command += " (other pid ns)";
+  c.weight = std::to_string(h.weight);
+  c.held_for = format_age(std::max(clock::duration::zero(), now - h.acquired_at));
+  if (h.expires_at) {
+    const auto left = *h.expires_at - now;
+    if (left <= clock::duration::zero()) {
+      c.ttl_left = "0s";
+    } else {
+      char buf[32];
+      if (left < std::chrono::seconds(10))
+        std::snprintf(buf, sizeof buf, "%.1fs", seconds(left));
+      else
+        std::snprintf(buf, sizeof buf, "%s", format_age(left).c_str());
+      c.ttl_left = buf;
+    }
+  } else {
+    c.ttl_left = "-";
+  }
+  switch (h.state) {
+    case shmsem::HolderState::alive:
+      c.state = "alive";
+      break;
+    case shmsem::HolderState::dead:
+      c.state = "dead (reclaimable)";
+      break;
+    case shmsem::HolderState::expired:
+      c.state = "expired";
+      break;
+  }
+  return c;
+}
+
+void print_table(std::ostream& out, const model& m, const std::string& host, bool with_header) {
+  const auto rows = m.rows();
+  if (with_header) out << header_line(m.sum(), host) << " - sort " << to_string(m.sort()) << "\n";
+  std::size_t kw = 3;
+  for (const auto& r : rows) kw = std::max(kw, r.key.size());
+  const auto t = column_titles();
+  constexpr int kBar = 20;
+  pad_right(out, t.key, kw);
+  out << ' ';
+  pad_left(out, t.used_cap, 11);
+  out << ' ';
+  pad_left(out, t.wait, 5);
+  out << ' ';
+  pad_right(out, "UTIL", kBar + 2);
+  out << ' ';
+  pad_left(out, t.util_pct, 5);
+  out << ' ';
+  pad_left(out, t.ewma, 5);
+  out << ' ';
+  pad_left(out, t.acq_rate, 7);
+  out << ' ';
+  pad_left(out, t.tmo_rate, 7);
+  out << ' ';
+  pad_left(out, t.reclaimed, 11);
+  out << ' ';
+  pad_left(out, t.oldest, 7);
+  out << "\n";
+  for (const auto& r : rows) {
+    const auto c = cells(r);
+    pad_right(out, c.key, kw);
+    out << ' ';
+    if (!r.ok()) {
+      out << r.error << "\n";
+      continue;
+    }
+    pad_left(out, c.used_cap, 11);
+    out << ' ';
+    pad_left(out, c.wait, 5);
+    out << ' ' << util_bar(r.utilization(), kBar) << ' ';
+    pad_left(out, c.util_pct, 5);
+    out << ' ';
+    pad_left(out, c.ewma, 5);
+    out << ' ';
+    pad_left(out, c.acq_rate, 7);
+    out << ' ';
+    pad_left(out, c.tmo_rate, 7);
+    out << ' ';
+    pad_left(out, c.reclaimed, 11);
+    out << ' ';
+    pad_left(out, c.oldest, 7);
+    out << "\n";
+  }
+}
+
+void print_info(std::ostream& out, const row& r, clock::time_point now) {
+  out << "key:          " << r.key << "\n";
+  if (!r.ok()) {
+    out << "error:        " << r.error << "\n";
+    return;
+  }
+  const auto& s = *r.snap;
+  const auto& st = s.stats;
+  out << "capacity:     " << s.capacity << "\n"
+      << "used:         " << s.used << "\n"
+      << "waiters:      " << s.waiters << "\n"
+      << "utilization:  " << percent(s.utilization) << "\n"
+      << "ewma:         " << percent(s.utilization_smoothed) << " (half-life "
+      << shmsem::kEwmaHalfLife.count() << "s)\n"
+      << "acquired:     " << st.acquired << "\n"
+      << "released:     " << st.released << "\n"
+      << "timeouts:     " << st.timeouts << "\n"
+      << "cancelled:    " << st.cancelled << "\n"
+      << "shutdowns:    " << st.shutdowns << "\n"
+      << "rejected:     " << st.rejected << "\n"
+      << "try failures: " << st.try_failures << "\n"
+      << "reaped:       " << st.reaped << " (dead holders)\n"
+      << "expired:      " << st.expired << " (TTL ran out)\n"
+      << "force-released: " << st.force_released << "\n"
+      << "reclaimed seats: " << st.reclaimed_seats << "\n"
+      << "lock recoveries: " << st.recoveries << "\n";
+  auto mean = [](const shmsem::Histogram& h) {
+    const auto n = h.count();
+    return n ? h.sum_seconds / static_cast<double>(n) : 0.0;
+  };
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "mean wait:    %.6fs over %llu grants\n", mean(st.wait),
+                static_cast<unsigned long long>(st.wait.count()));
+  out << buf;
+  std::snprintf(buf, sizeof buf, "mean hold:    %.6fs over %llu releases\n", mean(st.hold),
+                static_cast<unsigned long long>(st.hold.count()));
+  out << buf;
+  out << "holders:      " << s.holders.size() << "\n";
+  if (s.holders.empty()) return;
+  const auto t = holder_titles();
+  char line[256];
+  std::snprintf(line, sizeof line, "  %8s  %-24s %6s %8s %9s  %s\n", t.pid.c_str(),
+                t.command.c_str(), t.weight.c_str(), t.held_for.c_str(), t.ttl_left.c_str(),
+                t.state.c_str());
+  out << line;
+  for (const auto& h : s.holders) {
+    const auto c = cells(h, now);
+    std::snprintf(line, sizeof line, "  %8s  %-24s %6s %8s %9s  %s\n", c.pid.c_str(),
+                  c.command.c_str(), c.weight.c_str(), c.held_for.c_str(), c.ttl_left.c_str(),
+                  c.state.c_str());
+    out << line;
+  }
+}
+
+nlohmann::json to_json(const row& r, clock::time_point now) {
+  nlohmann::json j;
+  j["key"] = r.key;
+  if (!r.ok()) {
+    j["error"] = r.error;
+    return j;
+  }
+  const auto& s = *r.snap;
+  j["capacity"] = s.capacity;
+  j["used"] = s.used;
+  j["waiters"] = s.waiters;
+  j["utilization"] = s.utilization;
+  j["utilization_smoothed"] = s.utilization_smoothed;
+  j["acquire_rate"] = r.acquire_rate ? nlohmann::json(*r.acquire_rate) : nlohmann::json();
+  j["timeout_rate"] = r.timeout_rate ? nlohmann::json(*r.timeout_rate) : nlohmann::json();
+  j["reclaimed_interval"] = r.reclaimed_interval;
+  j["oldest_hold_seconds"] =
+      r.oldest_hold ? nlohmann::json(seconds(*r.oldest_hold)) : nlohmann::json();
+  j["stats"] = stats_json(s.stats);
+  auto holders = nlohmann::json::array();
+  for (const auto& h : s.holders) {
+    nlohmann::json hj;
+    hj["pid"] = h.pid;
+    hj["command"] = h.pid > 0 ? process_name(h.pid) : "?";
+    hj["foreign_namespace"] = h.foreign_namespace;
+    hj["permit_id"] = h.permit_id;
+    hj["weight"] = h.weight;
+    hj["held_seconds"] = seconds(std::max(clock::duration::zero(), now - h.acquired_at));
+    hj["ttl_left_seconds"] =
+        h.expires_at ? nlohmann::json(seconds(*h.expires_at - now)) : nlohmann::json();
+    hj["state"] = shmsem::to_string(h.state);
+    holders.push_back(std::move(hj));
+  }
+  j["holders"] = std::move(holders);
+  return j;
+}
+
+nlohmann::json to_json(const model& m, const std::string& host) {
+  nlohmann::json j;
+  j["host"] = host;
+  auto arr = nlohmann::json::array();
+  for (const auto& r : m.rows()) arr.push_back(to_json(r, m.updated_at()));
+  j["semaphores"] = std::move(arr);
+  return j;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace semtop

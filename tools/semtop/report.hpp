@@ -1,0 +1,54 @@
+// semtop/report.hpp: the model's rows as text cells, plain-text tables and
+// JSON. Shared by semtop's batch modes, its ncurses view (which lays the same
+// cells out itself) and the shmsem CLI's ls and info commands.
+#pragma once
+
+#include "model.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace semtop {
+
+/// The text of one table row, column by column.
+struct row_cells {
+  std::string key, used_cap, wait, util_pct, ewma, acq_rate, tmo_rate, reclaimed, oldest;
+};
+row_cells cells(const row& r);
+
+/// The column titles, in the order of row_cells.
+row_cells column_titles();
+
+/// The header line: host, semaphores, seats, waiters, reclaimed.
+std::string header_line(const totals& t, const std::string& host);
+
+/// A bar of `width` characters for utilization u (clamped to [0,1]), e.g.
+/// "[#####     ]" when brackets is true.
+std::string util_bar(double u, int width, bool brackets = true);
+
+/// One holder, as semtop's holder view and `shmsem info` show it.
+struct holder_cells {
+  std::string pid, command, weight, held_for, ttl_left, state;
+};
+holder_cells cells(const shmsem::Holder& h, clock::time_point now);
+holder_cells holder_titles();
+
+/// The table as plain text (semtop --once, shmsem ls): header, titles, rows.
+void print_table(std::ostream& out, const model& m, const std::string& host, bool with_header);
+
+/// One semaphore in detail (shmsem info): counters, stats and holders.
+void print_info(std::ostream& out, const row& r, clock::time_point now);
+
+/// JSON of one row: key, capacity, used, waiters, utilization, EWMA, rates,
+/// stats (counters and histograms) and holders; {"key", "error"} when unreadable.
+nlohmann::json to_json(const row& r, clock::time_point now);
+/// The whole model: {"host", "semaphores": [...]} .
+nlohmann::json to_json(const model& m, const std::string& host);
+
+/// This machine's host name.
+std::string host_name();
+
+}  // namespace semtop

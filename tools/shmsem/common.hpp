@@ -1,0 +1,38 @@
+// shmsem/common.hpp: what every shmsem command shares: the exit codes, the
+// duration syntax, and the mapping from exceptions to exit codes.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace shmsem_cli {
+
+/// The exit codes of every command (also in shmsem(1) and the README).
+enum exit_code : int {
+  kOk = 0,
+  kConflict = 1,  ///< run: no seat (change with -E); wait-idle: timed out
+  kUsage = 2,     ///< bad arguments
+  kNotFound = 3,  ///< no such semaphore
+  kSegment = 4,   ///< the segment is unusable: corrupt, incompatible, no permission, full
+  kFailure = 5,   ///< anything else that failed
+  kCannotExec = 126,
+  kNotExecutable = 127,  ///< run: COMMAND not found
+};
+
+/// Parses "500ms", "10s", "5m", "1h", "1.5" (plain seconds) or "2.5s".
+/// Returns nullopt for anything else, negative values included.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+/// Parses an octal mode such as "0660" or "660" (at most 0777).
+std::optional<unsigned> parse_mode(std::string_view text);
+
+/// Prints "shmsem: <what>" to stderr and returns the exit code for e.
+int report_error(const std::exception& e);
+
+/// Prints "shmsem: <message>" to stderr.
+void error_message(const std::string& message);
+
+}  // namespace shmsem_cli

@@ -1,0 +1,104 @@
+// shmsem/inspect_commands.cpp: ls, info and metrics. They read through the
+// library's lock-free snapshots (the same model semtop uses), so inspecting
+// never stalls the fleet.
+#include "../semtop/model.hpp"
+#include "../semtop/report.hpp"
+#include "commands.hpp"
+#include "common.hpp"
+
+#include <shmsem/metrics.hpp>
+#include <shmsem/semaphore.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+namespace shmsem_cli {
+namespace {
+
+int ls(bool json) {
+  semtop::model m;
+  m.update(semtop::sample_all(), semtop::clock::now());
+  const auto rows = m.rows();
+  if (json) {
+    auto arr = nlohmann::json::array();
+    for (const auto& r : rows) arr.push_back(semtop::to_json(r, m.updated_at()));
+    std::cout << arr.dump(2) << "\n";
+    return kOk;
+  }
+  std::size_t kw = 3;
+  for (const auto& r : rows) kw = std::max(kw, r.key.size());
+  const int w = static_cast<int>(kw);
+  std::printf("%-*s %11s %5s %5s %5s %7s %7s\n", w, "KEY", "USED/CAP", "WAIT", "UTIL%", "EWMA",
+              "HOLDERS", "OLDEST");
+  for (const auto& r : rows) {
+    if (!r.ok()) {
+      std::printf("%-*s %s\n", w, r.key.c_str(), r.error.c_str());
+      continue;
+    }
+    const auto c = semtop::cells(r);
+    std::printf("%-*s %11s %5s %5s %5s %7zu %7s\n", w, c.key.c_str(), c.used_cap.c_str(),
+                c.wait.c_str(), c.util_pct.c_str(), c.ewma.c_str(), r.snap->holders.size(),
+                c.oldest.c_str());
+  }
+  return kOk;
+}
+
+int info(const std::string& key, bool json) {
+  // attach() first, so "no such semaphore" and "corrupt" get their own codes.
+  auto sem = shmsem::Semaphore::attach(key);
+  semtop::sample s;
+  s.key = key;
+  s.snap = sem.snapshot();
+  s.snap->key = key;
+  std::vector<semtop::sample> v;
+  v.push_back(std::move(s));
+  semtop::model m;
+  m.update(std::move(v), semtop::clock::now());
+  const auto r = m.rows().at(0);
+  if (json)
+    std::cout << semtop::to_json(r, m.updated_at()).dump(2) << "\n";
+  else
+    semtop::print_info(std::cout, r, m.updated_at());
+  return kOk;
+}
+
+int metrics(const std::string& textfile) {
+  if (textfile.empty())
+    std::cout << shmsem::metrics_text();
+  else
+    shmsem::write_metrics_textfile(textfile);
+  return kOk;
+}
+
+}  // namespace
+
+void add_inspect_commands(CLI::App& app, int& result) {
+  {
+    auto json = std::make_shared<bool>(false);
+    auto* cmd = app.add_subcommand("ls", "List the semaphores of this host");
+    cmd->add_flag("--json", *json, "Print JSON: every semaphore with its stats and holders");
+    cmd->callback([json, &result] { result = ls(*json); });
+  }
+  {
+    auto key = std::make_shared<std::string>();
+    auto json = std::make_shared<bool>(false);
+    auto* cmd = app.add_subcommand(
+        "info", "Show capacity, used, waiters, EWMA, stats and holders of one semaphore");
+    cmd->add_option("key", *key, "Semaphore key")->required();
+    cmd->add_flag("--json", *json, "Print JSON");
+    cmd->callback([key, json, &result] { result = info(*key, *json); });
+  }
+  {
+    auto textfile = std::make_shared<std::string>();
+    auto* cmd = app.add_subcommand(
+        "metrics", "Print every semaphore's metrics in the Prometheus text exposition format");
+    cmd->add_option("--textfile", *textfile,
+                    "Write atomically to this file instead (node_exporter textfile collector)");
+    cmd->callback([textfile, &result] { result = metrics(*textfile); });
+  }
+}
+
+}  // namespace shmsem_cli
