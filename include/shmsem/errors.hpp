@@ -32,20 +32,22 @@ SHMSEM_API const char* to_string(Reason r) noexcept;
 
 /// Error codes of the "shmsem" category.
 enum class errc {
-  timeout = 1,       ///< == std::errc::timed_out
-  cancelled,         ///< == std::errc::operation_canceled
-  shutdown,          ///< == std::errc::operation_canceled
-  exceeds_capacity,  ///< == std::errc::invalid_argument
-  not_held,          ///< the permit's seat was lost (expired, reaped or force-released)
-  bad_segment,       ///< the file is not a shmsem segment, or it is corrupt
-  layout_mismatch,   ///< a segment of another layout version or build format
-  truncated,         ///< the file is shorter than its header says
-  permission_denied, ///< == std::errc::permission_denied
-  no_space,          ///< == std::errc::no_space_on_device
-  invalid_key,       ///< == std::errc::invalid_argument
-  not_found,         ///< == std::errc::no_such_file_or_directory
-  busy,              ///< the segment's initializer did not finish in time; == std::errc::device_or_resource_busy
-  too_many,          ///< a fixed table (holders, waiters) of the segment is full; == std::errc::resource_unavailable_try_again
+  timeout = 1,        ///< == std::errc::timed_out
+  cancelled,          ///< == std::errc::operation_canceled
+  shutdown,           ///< == std::errc::operation_canceled
+  exceeds_capacity,   ///< == std::errc::invalid_argument
+  not_held,           ///< the permit's seat was lost (expired, reaped or force-released)
+  bad_segment,        ///< the file is not a shmsem segment, or it is corrupt
+  layout_mismatch,    ///< a segment of another layout version or build format
+  truncated,          ///< the file is shorter than its header says
+  permission_denied,  ///< == std::errc::permission_denied
+  no_space,           ///< == std::errc::no_space_on_device
+  invalid_key,        ///< == std::errc::invalid_argument
+  not_found,          ///< == std::errc::no_such_file_or_directory
+  busy,               ///< the segment's initializer did not finish in time; ==
+                      ///< std::errc::device_or_resource_busy
+  too_many,           ///< a fixed table (holders, waiters) of the segment is full; ==
+                      ///< std::errc::resource_unavailable_try_again
 };
 
 /// The "shmsem" error category.

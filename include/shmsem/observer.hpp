@@ -26,14 +26,14 @@ SHMSEM_API const char* to_string(Outcome o) noexcept;
 /// and close a tracing span (see the README's OpenTelemetry example).
 struct AcquireEvent {
   std::string_view key;
-  int capacity = 0;                       ///< capacity when the attempt ended
-  int weight = 0;                         ///< seats asked for
-  int used = 0;                           ///< seats in use right after the attempt
-  std::uint64_t permit_id = 0;            ///< 0 unless outcome == acquired
-  std::uint32_t wakeups = 0;              ///< times the waiter woke before it ended
-  std::chrono::nanoseconds wait{0};       ///< time spent blocked (0 on the fast path)
+  int capacity = 0;                  ///< capacity when the attempt ended
+  int weight = 0;                    ///< seats asked for
+  int used = 0;                      ///< seats in use right after the attempt
+  std::uint64_t permit_id = 0;       ///< 0 unless outcome == acquired
+  std::uint32_t wakeups = 0;         ///< times the waiter woke before it ended
+  std::chrono::nanoseconds wait{0};  ///< time spent blocked (0 on the fast path)
   Outcome outcome = Outcome::acquired;
-  bool waited = false;                    ///< false: decided without blocking
+  bool waited = false;  ///< false: decided without blocking
 };
 
 /// Event of a seat given back or lost.
@@ -41,9 +41,9 @@ struct ReleaseEvent {
   std::string_view key;
   int capacity = 0;
   int weight = 0;
-  int used = 0;                           ///< seats in use right after the release
+  int used = 0;  ///< seats in use right after the release
   std::uint64_t permit_id = 0;
-  std::chrono::nanoseconds held{0};       ///< time from acquisition to release
+  std::chrono::nanoseconds held{0};  ///< time from acquisition to release
 };
 
 /// Override the callbacks you need; the defaults do nothing. Callbacks must

@@ -17,9 +17,12 @@
 
 namespace shmsem {
 
+class Observer;
+
 namespace detail {
 struct attachment;
 struct renewal;
+struct permit_access;
 }  // namespace detail
 
 class SHMSEM_API Permit {
@@ -80,17 +83,19 @@ class SHMSEM_API Permit {
  private:
   friend class Semaphore;
   friend struct detail::attachment;
+  friend struct detail::permit_access;
   void release_quietly() noexcept;
 
   detail::attachment* att_ = nullptr;
   std::uint32_t slot_ = 0;
   int weight_ = 0;
   std::uint64_t id_ = 0;
-  std::int64_t ttl_ms_ = 0;           // 0: no expiry
-  std::int64_t expires_ns_ = 0;       // 0: no expiry
+  std::int64_t ttl_ms_ = 0;      // 0: no expiry
+  std::int64_t expires_ns_ = 0;  // 0: no expiry
   clock::time_point acquired_at_{};
   std::uint64_t handle_id_ = 0;
-  std::shared_ptr<detail::renewal> renewal_;  // set only while auto-renewing
+  std::shared_ptr<detail::renewal> renewal_;  // set only for auto-renewing permits
+  std::shared_ptr<Observer> observer_;        // empty unless the handle has one
 };
 
 }  // namespace shmsem

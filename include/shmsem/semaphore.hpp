@@ -62,6 +62,12 @@ class SHMSEM_API Semaphore {
   /// none. Throws SegmentError on permission problems, invalid_argument on a bad key.
   static bool remove(std::string_view key);
 
+  /// Removes the semaphore's segment only if no live process has it
+  /// attached (holds, waits or merely has it open). Safe against a process
+  /// that attaches concurrently: that process then creates a fresh segment.
+  /// Returns true if removed; false if in use, absent, or busy.
+  static bool remove_if_unused(std::string_view key);
+
   /// Keys of the semaphores on this host (not file names), sorted. A
   /// segment whose key cannot be read (hashed name, no permission) is left out.
   static std::vector<std::string> list();
@@ -113,10 +119,10 @@ class SHMSEM_API Semaphore {
   /// process is stopped inside the segment lock.
   int capacity() const noexcept;
   int used() const noexcept;
-  int available() const noexcept;  ///< capacity - used, never below 0
-  int waiters() const noexcept;    ///< callers blocked in acquire, fleet-wide
-  bool empty() const noexcept;     ///< used() == 0
-  bool full() const noexcept;      ///< used() >= capacity()
+  int available() const noexcept;       ///< capacity - used, never below 0
+  int waiters() const noexcept;         ///< callers blocked in acquire, fleet-wide
+  bool empty() const noexcept;          ///< used() == 0
+  bool full() const noexcept;           ///< used() >= capacity()
   double utilization() const noexcept;  ///< used / capacity, may exceed 1 after a shrink
   /// Time-based EWMA of utilization() with half-life kEwmaHalfLife; decays
   /// toward the current utilization while nothing happens.

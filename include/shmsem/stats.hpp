@@ -32,20 +32,20 @@ struct Histogram {
 /// force_released, so acquired == released + reaped + expired +
 /// force_released + (leases still held).
 struct Stats {
-  std::uint64_t acquired = 0;        ///< leases granted
-  std::uint64_t released = 0;        ///< leases given back by their holder
-  std::uint64_t timeouts = 0;        ///< acquires that ran out of wait budget
-  std::uint64_t cancelled = 0;       ///< acquires cancelled by a stop_token
-  std::uint64_t shutdowns = 0;       ///< acquires ended by shutdown
-  std::uint64_t rejected = 0;        ///< acquires refused: n above capacity
-  std::uint64_t try_failures = 0;    ///< try_acquire calls that found no seat
-  std::uint64_t reaped = 0;          ///< leases of dead holders reclaimed
-  std::uint64_t expired = 0;         ///< leases reclaimed after their TTL ran out
-  std::uint64_t force_released = 0;  ///< live leases displaced by force_release_all
-  std::uint64_t reclaimed_seats = 0; ///< seats freed by reaping, expiry and force release
-  std::uint64_t recoveries = 0;      ///< repairs after a process died holding the segment lock
-  Histogram wait;                    ///< time from call to grant, for granted leases
-  Histogram hold;                    ///< time from grant to release, for released leases
+  std::uint64_t acquired = 0;         ///< leases granted
+  std::uint64_t released = 0;         ///< leases given back by their holder
+  std::uint64_t timeouts = 0;         ///< acquires that ran out of wait budget
+  std::uint64_t cancelled = 0;        ///< acquires cancelled by a stop_token
+  std::uint64_t shutdowns = 0;        ///< acquires ended by shutdown
+  std::uint64_t rejected = 0;         ///< acquires refused: n above capacity
+  std::uint64_t try_failures = 0;     ///< try_acquire calls that found no seat
+  std::uint64_t reaped = 0;           ///< leases of dead holders reclaimed
+  std::uint64_t expired = 0;          ///< leases reclaimed after their TTL ran out
+  std::uint64_t force_released = 0;   ///< live leases displaced by force_release_all
+  std::uint64_t reclaimed_seats = 0;  ///< seats freed by reaping, expiry and force release
+  std::uint64_t recoveries = 0;       ///< repairs after a process died holding the segment lock
+  Histogram wait;                     ///< time from call to grant, for granted leases
+  Histogram hold;                     ///< time from grant to release, for released leases
 };
 
 /// Whether a lease's holder still counts.

@@ -1,7 +1,7 @@
 #include "test_support.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -42,7 +42,8 @@ unique_key::~unique_key() {
 }
 
 pipe_channel::pipe_channel() {
-  if (::pipe2(fds_, O_CLOEXEC) != 0) throw std::system_error(errno, std::system_category(), "pipe2");
+  if (::pipe2(fds_, O_CLOEXEC) != 0)
+    throw std::system_error(errno, std::system_category(), "pipe2");
 }
 pipe_channel::~pipe_channel() {
   ::close(fds_[0]);
@@ -128,7 +129,9 @@ child_process::child_process(std::function<int()> body) {
   }
 }
 
-child_process::child_process(child_process&& o) noexcept : pid_(o.pid_) { o.pid_ = -1; }
+child_process::child_process(child_process&& o) noexcept : pid_(o.pid_) {
+  o.pid_ = -1;
+}
 
 child_process::~child_process() {
   if (pid_ > 0) {

@@ -1,0 +1,31 @@
+// handle.hpp: what a Semaphore object owns, process-local.
+#pragma once
+
+#include <shmsem/observer.hpp>
+#include <shmsem/options.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "segment.hpp"
+
+namespace shmsem::detail {
+
+struct handle {
+  attachment* att = nullptr;
+  Options opts;
+  std::uint64_t id = 0;
+  std::atomic<bool> shut{false};
+  std::mutex waits_mu;                // guards `waits`
+  std::vector<std::uint32_t> waits;   // waiter slots of this handle's blocked acquires
+
+  /// Makes this handle's blocked acquires look at their state again.
+  void nudge_waiters();
+};
+
+/// Set by shutdown_all(): every handle, old or new, acts shut down.
+extern std::atomic<bool> process_shut_down;
+
+}  // namespace shmsem::detail

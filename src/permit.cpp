@@ -1,0 +1,169 @@
+#include <shmsem/errors.hpp>
+#include <shmsem/observer.hpp>
+#include <shmsem/permit.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "log.hpp"
+#include "renewer.hpp"
+#include "segment.hpp"
+
+namespace shmsem {
+
+using detail::attachment;
+
+Permit::Permit(Permit&& o) noexcept
+    : att_(o.att_),
+      slot_(o.slot_),
+      weight_(o.weight_),
+      id_(o.id_),
+      ttl_ms_(o.ttl_ms_),
+      expires_ns_(o.expires_ns_),
+      acquired_at_(o.acquired_at_),
+      handle_id_(o.handle_id_),
+      renewal_(std::move(o.renewal_)),
+      observer_(std::move(o.observer_)) {
+  o.att_ = nullptr;
+  o.id_ = 0;
+}
+
+Permit& Permit::operator=(Permit&& o) noexcept {
+  if (this != &o) {
+    release_quietly();
+    att_ = o.att_;
+    slot_ = o.slot_;
+    weight_ = o.weight_;
+    id_ = o.id_;
+    ttl_ms_ = o.ttl_ms_;
+    expires_ns_ = o.expires_ns_;
+    acquired_at_ = o.acquired_at_;
+    handle_id_ = o.handle_id_;
+    renewal_ = std::move(o.renewal_);
+    observer_ = std::move(o.observer_);
+    o.att_ = nullptr;
+    o.id_ = 0;
+  }
+  return *this;
+}
+
+Permit::~Permit() { release_quietly(); }
+
+std::string_view Permit::key() const noexcept {
+  return att_ ? std::string_view(att_->key) : std::string_view();
+}
+
+std::optional<std::chrono::milliseconds> Permit::ttl() const noexcept {
+  if (ttl_ms_ <= 0) return std::nullopt;
+  return std::chrono::milliseconds(ttl_ms_);
+}
+
+std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
+  std::int64_t exp = expires_ns_;
+  if (att_ && att_->leases[slot_].id.load(std::memory_order_acquire) == id_)
+    exp = att_->leases[slot_].expires_ns.load(std::memory_order_relaxed);
+  if (exp == 0) return std::nullopt;
+  return clock::time_point(std::chrono::nanoseconds(exp));
+}
+
+bool Permit::is_held() const noexcept {
+  return att_ && att_->holds(slot_, id_, detail::lease_clock(), nullptr);
+}
+
+bool Permit::auto_renewing() const noexcept { return renewal_ && renewal_->active.load(); }
+
+void Permit::stop_auto_renew() noexcept {
+  if (renewal_) renewal_->stop();
+}
+
+void Permit::extend(std::chrono::milliseconds ttl) {
+  if (ttl.count() < 1 || ttl > kMaxDuration)
+    throw std::invalid_argument("shmsem: extend() needs a TTL from 1 ms to kMaxDuration, got " +
+                                std::to_string(ttl.count()) + " ms");
+  if (!att_)
+    throw ExtensionError("shmsem: extend() on a permit that holds nothing (released or moved)");
+  std::string why;
+  std::int64_t exp = 0;
+  if (detail::extend_lease(*att_, slot_, id_, ttl.count(), INT64_MAX, &exp, &why) !=
+      detail::extend_result::extended)
+    throw ExtensionError("shmsem: cannot extend permit " + std::to_string(id_) + " of '" +
+                         att_->key + "': " + why);
+  ttl_ms_ = ttl.count();
+  expires_ns_ = exp;
+  if (renewal_) {
+    std::lock_guard g(renewal_->mu);
+    renewal_->ttl_ms = ttl.count();
+  }
+}
+
+namespace {
+// Frees the permit's lease if still held. Returns true if it was held;
+// otherwise `why` says what happened to it.
+bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t id, detail::loss& why,
+                int& used_after, bool& detach) {
+  detail::wake_list wakes;
+  a.lock(INT64_MAX);
+  const std::int64_t now = detail::lease_clock();
+  const bool held = a.holds(slot, id, now, &why);
+  if (held) {
+    a.end_lease(slot, detail::layout::kLostReleased, now, wakes);
+  } else if (why.reason == detail::layout::kLostExpired &&
+             a.leases[slot].id.load(std::memory_order_relaxed) == id) {
+    // Expired but not yet reclaimed: reclaim it now, as expired.
+    a.end_lease(slot, detail::layout::kLostExpired, now, wakes);
+  }
+  used_after = a.hdr->used.load(std::memory_order_relaxed);
+  detach = a.drop_permit_locked();
+  a.unlock();
+  a.wake(wakes);
+  return held;
+}
+}  // namespace
+
+void Permit::release() {
+  if (!att_) return;
+  if (renewal_) renewal_->stop();
+  attachment* a = att_;
+  att_ = nullptr;
+  detail::loss why;
+  int used_after = 0;
+  bool detach = false;
+  const bool held = end_permit(*a, slot_, id_, why, used_after, detach);
+  const std::int64_t held_ns =
+      std::chrono::nanoseconds(clock::now() - acquired_at_).count();
+  std::string message;
+  if (!held)
+    message = "shmsem: permit " + std::to_string(id_) + " of '" + a->key +
+              "' was not held at release: " + why.describe() +
+              (why.other_process ? "" : "; for that period the bound was not held");
+  if (observer_) {
+    try {
+      if (held)
+        observer_->on_release(ReleaseEvent{a->key, a->hdr->capacity.load(), weight_, used_after,
+                                           id_, std::chrono::nanoseconds(held_ns)});
+      else if (!why.other_process)
+        observer_->on_lost(a->key, id_, why.describe());
+    } catch (const std::exception& e) {
+      detail::log().error("observer threw: {}", e.what());
+    }
+  }
+  observer_.reset();
+  if (detach) attachment::finish_detach(a);
+  if (!held) throw PermitNotHeldError(message);
+}
+
+void Permit::release_quietly() noexcept {
+  if (!att_) return;
+  try {
+    release();
+  } catch (const PermitNotHeldError& e) {
+    // A permit inherited across fork() belongs to the parent: dropping the
+    // child's copy is normal and not worth a warning.
+    if (std::string_view(e.what()).find("belongs to the parent") == std::string_view::npos)
+      detail::log().warn("{}", e.what());
+  } catch (const std::exception& e) {
+    detail::log().error("shmsem: releasing a permit failed: {}", e.what());
+  }
+}
+
+}  // namespace shmsem

@@ -1,0 +1,47 @@
+// renewer.hpp: the one background thread per process that keeps
+// auto-renewing permits alive, extending each at a third of its TTL.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+namespace shmsem::detail {
+
+struct attachment;
+
+/// The renewal state of one permit, shared by the Permit and the thread.
+struct renewal {
+  std::mutex mu;                 // held while the thread extends; release() takes it to stop
+  attachment* att = nullptr;     // valid while !stopped (the Permit keeps it mapped)
+  std::uint32_t slot = 0;
+  std::uint64_t id = 0;
+  std::int64_t ttl_ms = 0;
+  std::uint64_t handle_id = 0;
+  bool stopped = false;          // under mu
+  std::atomic<bool> lost{false};
+  std::atomic<bool> active{true};  // !stopped && !lost, readable without mu
+  std::int64_t due_ns = 0;       // under the renewer's own mutex
+
+  /// Stops renewal; waits for an extension in progress. Never blocks on
+  /// anything but that extension.
+  void stop() noexcept;
+};
+
+/// Hands a renewal to the thread (started on first use).
+void renew_in_background(const std::shared_ptr<renewal>& r);
+/// Stops the renewals of one handle's permits (shutdown()).
+void stop_renewals_of(std::uint64_t handle_id);
+/// Stops every renewal of this process (shutdown_all()).
+void stop_all_renewals();
+
+enum class extend_result { extended, lost, busy };
+
+/// Sets lease `slot`/`id` to expire at now + ttl_ms, if this process still
+/// holds it. `deadline_ns` bounds the wait for the segment lock (busy).
+extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t id,
+                           std::int64_t ttl_ms, std::int64_t deadline_ns, std::int64_t* expires,
+                           std::string* why);
+
+}  // namespace shmsem::detail

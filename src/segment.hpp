@@ -1,0 +1,155 @@
+// segment.hpp: a process's attachment to one segment, and every operation
+// on the shared tables. Functions marked [locked] must be called with the
+// segment lock held (a segment_lock in scope); the rest take care of it.
+#pragma once
+
+#include <shmsem/errors.hpp>
+#include <shmsem/options.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "layout.hpp"
+#include "sys/clock.hpp"
+#include "sys/shm.hpp"
+
+namespace shmsem::detail {
+
+#ifdef SHMSEM_TESTING
+/// Test-only hooks, compiled into the test build of the library alone. A
+/// hook runs at the named point with the segment lock held (except
+/// `initializing`, where the init lock is held), so a test can kill its
+/// process exactly there.
+namespace testing {
+enum class point { locked, mid_grant, mid_release, initializing };
+using hook_fn = void (*)(point, std::string_view key);
+void set_hook(hook_fn fn);
+}  // namespace testing
+#endif
+
+inline constexpr std::uint32_t kNoSelf = UINT32_MAX;
+
+/// Waiters to wake once the lock is dropped (waking under the lock would
+/// make them block on it straight away).
+class wake_list {
+ public:
+  void add(std::uint32_t waiter) {
+    if (n_ < inline_.size())
+      inline_[n_++] = waiter;
+    else
+      more_.push_back(waiter);
+  }
+  bool empty() const { return n_ == 0; }
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::size_t i = 0; i < n_; ++i) f(inline_[i]);
+    for (auto w : more_) f(w);
+  }
+  bool idle = false;  // used dropped to 0 while wait_idle() callers wait
+
+ private:
+  std::array<std::uint32_t, 8> inline_{};
+  std::size_t n_ = 0;
+  std::vector<std::uint32_t> more_;
+};
+
+/// Why a lease was looked up and not found held.
+struct loss {
+  layout::lost_reason reason = layout::kLostNone;
+  std::int64_t at_ns = 0;
+  bool other_process = false;  // the lease belongs to another process (fork)
+  std::string describe() const;
+};
+
+struct attachment {
+  std::string key;
+  std::string name;  // in /dev/shm
+  std::string path;  // /dev/shm/<name>
+  std::unique_ptr<sys::shm_file> file;
+  sys::file_id file_identity;
+  layout::segment_header* hdr = nullptr;
+  layout::holder_record* holders = nullptr;
+  layout::waiter_slot* waiters = nullptr;
+  layout::lease_slot* leases = nullptr;
+  std::uint64_t pid_ns = 0;
+
+  // Process-local state guarded by the segment lock.
+  std::atomic<std::uint32_t> self{kNoSelf};  // our holder record, claimed lazily
+  std::int64_t live_permits = 0;             // Permit objects pointing here
+  std::int64_t handles = 0;                  // Semaphore handles pointing here
+  bool dying = false;                        // refs hit 0: being unmapped
+
+  // --- lifecycle (process-local registry; many handles share one attachment)
+  /// Attaches to `key`, creating the segment with `permits` seats when
+  /// permits > 0 and it is absent. Counts one handle. Throws SegmentError,
+  /// std::invalid_argument.
+  static attachment* acquire_handle(std::string_view key, int permits, mode_t mode,
+                                    std::chrono::milliseconds open_timeout);
+  /// Drops one handle; unmaps when no handle and no permit remain.
+  static void release_handle(attachment* a) noexcept;
+  /// Drops one permit reference [locked]; returns true if the caller must
+  /// call finish_detach() after unlocking.
+  bool drop_permit_locked() noexcept;
+  static void finish_detach(attachment* a) noexcept;
+  /// Removes the segment if no live process is attached. Race-free against
+  /// a concurrent attach.
+  static bool remove_if_unused(std::string_view key);
+
+  // --- the lock
+  /// Locks with a deadline; repairs after an owner died. False on timeout.
+  bool lock(std::int64_t deadline_ns);
+  void unlock() noexcept;
+
+  // --- [locked] operations
+  std::uint32_t ensure_self(wake_list& wakes);
+  bool holder_alive(std::uint32_t holder) const;
+  /// Grants a lease of `weight` seats to `holder`; returns its slot.
+  std::uint32_t grant(std::uint32_t holder, int weight, std::int64_t ttl_ms, std::int64_t now_ns,
+                      std::uint64_t& id);
+  /// Ends a lease. `reason` kLostReleased is the holder's own release.
+  void end_lease(std::uint32_t slot, layout::lost_reason reason, std::int64_t now_ns,
+                 wake_list& wakes);
+  /// Grants seats to queued waiters in FIFO order while they fit.
+  void grant_queued(std::int64_t now_ns, wake_list& wakes);
+  /// Reclaims dead holders' and expired leases; returns seats freed.
+  int reap(std::int64_t now_ns, wake_list& wakes, bool force_scan = false);
+  std::uint32_t enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms, std::int64_t now_ns);
+  void dequeue(std::uint32_t waiter);
+  void free_waiter(std::uint32_t waiter);
+  void reject_oversized(wake_list& wakes);
+  /// Grows the lease table to hold `slots` (fallocate); throws SegmentError.
+  void grow_leases(std::uint32_t slots);
+  void ewma_advance(std::int64_t now_ns);
+  void hold_sample(std::int64_t ns);
+  /// Checks that `slot` still holds lease `id` for this process, unexpired.
+  bool holds(std::uint32_t slot, std::uint64_t id, std::int64_t now_ns, loss* why) const;
+
+  // --- lock-free
+  /// Cheap check (no lock) whether reap() would find anything: a dead
+  /// holder with leases or waiters, or a lease past its expiry.
+  bool reap_needed(std::int64_t now_ns) const;
+  /// Wakes the waiters a locked operation collected.
+  void wake(const wake_list& wakes);
+  double ewma_now(std::int64_t now_ns) const;
+
+  [[noreturn]] void fail(errc code, const std::string& problem) const;
+
+ private:
+  void repair();
+  void reap_holder(std::uint32_t holder, std::int64_t now_ns, wake_list& wakes);
+};
+
+/// The clock value stored in leases (CLOCK_MONOTONIC_COARSE).
+inline std::int64_t lease_clock() { return sys::coarse_now_ns(); }
+
+/// Builds a SegmentError naming `path` from an errno.
+[[noreturn]] void throw_segment_errno(const std::string& path, const std::string& what, int err);
+
+void record_histogram(layout::shared_histogram& h, std::int64_t ns);
+
+}  // namespace shmsem::detail

@@ -1,0 +1,736 @@
+#include <shmsem/semaphore.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <stdexcept>
+
+#include "handle.hpp"
+#include "key.hpp"
+#include "log.hpp"
+#include "renewer.hpp"
+#include "sys/futex.hpp"
+#include "sys/shm.hpp"
+
+namespace shmsem {
+
+namespace detail {
+
+std::atomic<bool> process_shut_down{false};
+
+namespace {
+std::mutex handles_mutex;
+std::vector<handle*> all_handles;
+std::atomic<std::uint64_t> next_handle_id{1};
+
+constexpr std::int64_t kHeadTickNs = 10'000'000;    // the head waiter watches for deaths
+constexpr std::int64_t kOtherTickNs = 100'000'000;  // the others check less often
+
+void check_weight(int n, const char* what) {
+  if (n < 1) throw std::invalid_argument(std::string("shmsem: ") + what +
+                                         " needs n >= 1, got " + std::to_string(n));
+}
+
+void check_duration(std::chrono::milliseconds d, const char* what, bool allow_negative) {
+  if ((!allow_negative && d.count() < 0) || d > kMaxDuration)
+    throw std::invalid_argument(std::string("shmsem: ") + what + " of " +
+                                std::to_string(d.count()) + " ms is out of range (0.." +
+                                std::to_string(kMaxDuration.count()) + " ms)");
+}
+
+// Holds the segment lock for a scope; wakes collected waiters after unlocking.
+class locked {
+ public:
+  locked(attachment& a, std::int64_t deadline) : a_(a), owns_(a.lock(deadline)) {}
+  ~locked() { unlock(); }
+  bool owns() const { return owns_; }
+  void unlock() {
+    if (owns_) {
+      owns_ = false;
+      a_.unlock();
+      a_.wake(wakes);
+    }
+  }
+  wake_list wakes;
+
+ private:
+  attachment& a_;
+  bool owns_;
+};
+
+Outcome outcome_of(Reason r) {
+  switch (r) {
+    case Reason::timeout:
+      return Outcome::timeout;
+    case Reason::cancelled:
+      return Outcome::cancelled;
+    case Reason::shutdown:
+      return Outcome::shutdown;
+    case Reason::exceeds_capacity:
+      return Outcome::exceeds_capacity;
+    case Reason::error:
+      return Outcome::error;
+  }
+  return Outcome::error;
+}
+
+template <class F>
+void notify(const std::shared_ptr<Observer>& o, F&& f) {
+  try {
+    f(*o);
+  } catch (const std::exception& e) {
+    log().error("observer threw: {}", e.what());
+  } catch (...) {
+    log().error("observer threw");
+  }
+}
+
+}  // namespace
+
+void handle::nudge_waiters() {
+  std::lock_guard g(waits_mu);
+  for (std::uint32_t w : waits) {
+    att->waiters[w].seq.fetch_add(1, std::memory_order_release);
+    sys::futex_wake(&att->waiters[w].seq, 1);
+  }
+}
+
+void release_after_work(Permit& p) noexcept {
+  try {
+    p.release();
+  } catch (const PermitNotHeldError& e) {
+    log().warn("{} (the work had already run)", e.what());
+  } catch (const std::exception& e) {
+    log().error("shmsem: release after work failed: {}", e.what());
+  }
+}
+
+}  // namespace detail
+
+using detail::attachment;
+using detail::handle;
+using detail::locked;
+
+namespace {
+
+struct acquisition {
+  int n;
+  std::int64_t ttl_ms;  // 0: none
+  bool renew;
+};
+
+acquisition resolve(const handle& h, int n, const AcquireOptions& o) {
+  acquisition a{n, 0, false};
+  if (o.ttl) {
+    detail::check_duration(*o.ttl, "TTL", false);
+    a.ttl_ms = o.ttl->count();
+  } else if (h.opts.ttl) {
+    a.ttl_ms = h.opts.ttl->count();
+  }
+  a.renew = a.ttl_ms > 0 && o.auto_renew.value_or(h.opts.auto_renew);
+  return a;
+}
+
+AcquisitionError acquisition_error(const attachment& a, Reason r, int n, const std::string& extra) {
+  std::string msg = "shmsem: cannot acquire " + std::to_string(n) + " seat" + (n == 1 ? "" : "s") +
+                    " of '" + a.key + "': ";
+  switch (r) {
+    case Reason::timeout:
+      msg += "timed out";
+      break;
+    case Reason::cancelled:
+      msg += "cancelled";
+      break;
+    case Reason::shutdown:
+      msg += "shut down";
+      break;
+    case Reason::exceeds_capacity:
+      msg += "more than the capacity of " + std::to_string(a.hdr->capacity.load());
+      break;
+    case Reason::error:
+      msg += "segment error";
+      break;
+  }
+  return AcquisitionError(r, msg + extra);
+}
+
+}  // namespace
+
+Semaphore::Semaphore(std::unique_ptr<detail::handle> h) noexcept : h_(std::move(h)) {}
+Semaphore::Semaphore(Semaphore&&) noexcept = default;
+Semaphore& Semaphore::operator=(Semaphore&& o) noexcept {
+  if (this != &o) {
+    Semaphore dying(std::move(*this));
+    h_ = std::move(o.h_);
+  }
+  return *this;
+}
+
+Semaphore::~Semaphore() {
+  if (!h_) return;
+  {
+    std::lock_guard g(detail::handles_mutex);
+    auto& v = detail::all_handles;
+    v.erase(std::remove(v.begin(), v.end(), h_.get()), v.end());
+  }
+  attachment::release_handle(h_->att);
+}
+
+static void check_options(const Options& options) {
+  if (options.ttl) detail::check_duration(*options.ttl, "default TTL", false);
+  if (options.open_timeout.count() < 0) throw std::invalid_argument("shmsem: negative open_timeout");
+}
+
+Semaphore Semaphore::open(std::string_view key, int permits, const Options& options) {
+  detail::validate_key(key);
+  if (permits < 1 || permits > kMaxCapacity)
+    throw std::invalid_argument("shmsem: open('" + std::string(key) + "') needs permits from 1 to " +
+                                std::to_string(kMaxCapacity) + ", got " + std::to_string(permits));
+  check_options(options);
+  auto h = std::make_unique<handle>();
+  h->opts = options;
+  h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout);
+  h->id = detail::next_handle_id++;
+  {
+    std::lock_guard g(detail::handles_mutex);
+    detail::all_handles.push_back(h.get());
+  }
+  return Semaphore(std::move(h));
+}
+
+Semaphore Semaphore::attach(std::string_view key, const Options& options) {
+  detail::validate_key(key);
+  check_options(options);
+  auto h = std::make_unique<handle>();
+  h->opts = options;
+  h->att = attachment::acquire_handle(key, 0, options.mode, options.open_timeout);
+  h->id = detail::next_handle_id++;
+  {
+    std::lock_guard g(detail::handles_mutex);
+    detail::all_handles.push_back(h.get());
+  }
+  return Semaphore(std::move(h));
+}
+
+bool Semaphore::remove(std::string_view key) {
+  detail::validate_key(key);
+  const std::string name = detail::key_to_name(key);
+  const int err = sys::shm_remove(name);
+  if (err == 0) return true;
+  if (err == ENOENT) return false;
+  detail::throw_segment_errno(std::string(sys::kShmDir) + "/" + name, "cannot remove", err);
+}
+
+bool Semaphore::remove_if_unused(std::string_view key) { return attachment::remove_if_unused(key); }
+
+std::vector<std::string> Semaphore::list() {
+  std::vector<std::string> keys;
+  for (const std::string& name : sys::shm_list(std::string(detail::kNamePrefix))) {
+    if (auto k = detail::name_to_key(name)) {
+      keys.push_back(std::move(*k));
+      continue;
+    }
+    if (!detail::is_hashed_name(name)) continue;
+    // A hashed name: the key is only in the segment.
+    alignas(64) static thread_local char buf[detail::layout::kHeaderRegion];
+    std::size_t got = 0;
+    std::uint64_t size = 0;
+    if (sys::shm_read_prefix(name, buf, sizeof buf, got, size) != 0) continue;
+    if (detail::layout::validate(buf, got) != detail::layout::problem::none) continue;
+    const auto* h = detail::layout::header(buf);
+    std::string k(h->key, h->key_size);
+    if (detail::key_to_name(k) == name) keys.push_back(std::move(k));
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+std::string Semaphore::segment_path(std::string_view key) {
+  detail::validate_key(key);
+  return std::string(sys::kShmDir) + "/" + detail::key_to_name(key);
+}
+
+std::string_view Semaphore::key() const noexcept { return h_->att->key; }
+
+// ---------------------------------------------------------------------------
+// Acquisition
+
+namespace detail {
+struct permit_access {
+  static Permit make(handle& h, std::uint32_t slot, std::uint64_t id, int n, std::int64_t ttl_ms,
+                     bool renew, std::int64_t granted_ns);
+};
+}  // namespace detail
+
+namespace {
+Permit make_permit(handle& h, std::uint32_t slot, std::uint64_t id, const acquisition& q,
+                   std::int64_t granted_ns) {
+  return detail::permit_access::make(h, slot, id, q.n, q.ttl_ms, q.renew, granted_ns);
+}
+}  // namespace
+
+Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
+  detail::check_weight(n, "acquire()");
+  handle& h = *h_;
+  attachment& a = *h.att;
+  const acquisition q = resolve(h, n, opts);
+  std::int64_t deadline = sys::kNever;
+  std::int64_t started = 0;
+  if (opts.wait_timeout) {
+    detail::check_duration(*opts.wait_timeout, "wait_timeout", true);
+    started = sys::precise_now_ns();
+    deadline = started + std::chrono::nanoseconds(*opts.wait_timeout).count();
+  }
+  auto fail = [&](Reason r, std::uint32_t wakeups, std::int64_t waited_ns,
+                  bool waited) -> AcquisitionError {
+    auto& st = a.hdr->stats;
+    switch (r) {
+      case Reason::timeout:
+        st.timeouts.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Reason::cancelled:
+        st.cancelled.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Reason::shutdown:
+        st.shutdowns.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Reason::exceeds_capacity:
+        st.rejected.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Reason::error:
+        break;
+    }
+    if (h.opts.observer) {
+      AcquireEvent e{a.key, a.hdr->capacity.load(), n, a.hdr->used.load(), 0, wakeups,
+                     std::chrono::nanoseconds(waited_ns), detail::outcome_of(r), waited};
+      detail::notify(h.opts.observer, [&](Observer& o) {
+        if (waited) o.on_wait_end(e);
+        o.on_acquire(e);
+      });
+    }
+    return acquisition_error(a, r, n, "");
+  };
+  if (h.shut.load(std::memory_order_relaxed) ||
+      detail::process_shut_down.load(std::memory_order_relaxed))
+    throw fail(Reason::shutdown, 0, 0, false);
+
+  std::uint32_t w;
+  {
+    locked lk(a, deadline);
+    if (!lk.owns()) throw fail(Reason::timeout, 0, 0, false);
+    const std::uint32_t self = a.ensure_self(lk.wakes);
+    auto* hdr = a.hdr;
+    if (n > hdr->capacity.load(std::memory_order_relaxed)) {
+      lk.unlock();
+      throw fail(Reason::exceeds_capacity, 0, 0, false);
+    }
+    std::int64_t now = detail::lease_clock();
+    auto fits = [&] {
+      return hdr->queue_head.load(std::memory_order_relaxed) == detail::layout::kNil &&
+             hdr->used.load(std::memory_order_relaxed) + n <=
+                 hdr->capacity.load(std::memory_order_relaxed);
+    };
+    bool ok = fits();
+    if (!ok) {
+      // Full: reclaim dead holders and expired leases before queueing.
+      a.reap(now, lk.wakes);
+      ok = fits();
+    }
+    if (ok) {
+      std::uint64_t id;
+      const std::uint32_t slot = a.grant(self, n, q.ttl_ms, now, id);
+      detail::record_histogram(hdr->stats.wait, 0);
+      ++a.live_permits;
+      lk.unlock();
+      Permit p = make_permit(h, slot, id, q, now);
+      if (h.opts.observer) {
+        AcquireEvent e{a.key, hdr->capacity.load(), n, hdr->used.load(), id, 0,
+                       std::chrono::nanoseconds(0), Outcome::acquired, false};
+        detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
+      }
+      return p;
+    }
+    if (deadline != sys::kNever && sys::precise_now_ns() >= deadline) {
+      lk.unlock();
+      throw fail(Reason::timeout, 0, 0, false);
+    }
+    w = a.enqueue(self, n, q.ttl_ms, now);
+  }
+
+  // --- blocked: sleep on our waiter slot until granted or told to stop ---
+  if (!started) started = sys::precise_now_ns();
+  {
+    std::lock_guard g(h.waits_mu);
+    h.waits.push_back(w);
+  }
+  if (h.opts.observer) detail::notify(h.opts.observer, [&](Observer& o) { o.on_wait_start(a.key, n); });
+  auto& slot = a.waiters[w];
+  std::stop_callback on_stop(opts.stop, [&slot] {
+    slot.seq.fetch_add(1, std::memory_order_release);
+    sys::futex_wake(&slot.seq, 1);
+  });
+  std::uint32_t wakeups = 0;
+  Reason reason = Reason::timeout;
+  bool granted = false;
+  for (;;) {
+    const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
+    const std::uint32_t st = slot.state.load(std::memory_order_acquire);
+    if (st == detail::layout::kGranted) {
+      granted = true;
+      break;
+    }
+    if (st == detail::layout::kRejected) {
+      reason = Reason::exceeds_capacity;
+      break;
+    }
+    if (opts.stop.stop_requested()) {
+      reason = Reason::cancelled;
+      break;
+    }
+    if (h.shut.load() || detail::process_shut_down.load()) {
+      reason = Reason::shutdown;
+      break;
+    }
+    const std::int64_t now = sys::precise_now_ns();
+    if (now >= deadline) {
+      reason = Reason::timeout;
+      break;
+    }
+    // The head of the queue is the watcher: it checks for dead holders and
+    // expired leases every 10 ms. The others check every 100 ms, in case
+    // the head itself is dead or stopped. Nobody spins.
+    const bool head = a.hdr->queue_head.load(std::memory_order_relaxed) == w + 1;
+    const std::int64_t tick = now + (head ? detail::kHeadTickNs : detail::kOtherTickNs);
+    const auto r = sys::futex_wait(&slot.seq, seq, std::min(deadline, tick));
+    if (r == sys::wait_result::woken) ++wakeups;
+    if (r == sys::wait_result::timed_out && a.reap_needed(detail::lease_clock())) {
+      locked lk(a, deadline);
+      if (lk.owns()) a.reap(detail::lease_clock(), lk.wakes);
+    }
+  }
+
+  // --- leave the queue; keep or give back a grant that raced with us ---
+  std::uint32_t lease = 0;
+  std::uint64_t id = 0;
+  std::int64_t granted_ns = 0;
+  {
+    locked lk(a, sys::kNever);
+    const std::uint32_t st = slot.state.load(std::memory_order_acquire);
+    if (st == detail::layout::kGranted) {
+      lease = slot.lease.load(std::memory_order_relaxed);
+      id = slot.permit_id.load(std::memory_order_relaxed);
+      granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
+      if (granted || reason == Reason::timeout) {
+        // A grant that arrived as the budget ran out is still a grant.
+        granted = true;
+        ++a.live_permits;
+      } else {
+        // Cancelled or shut down: a seat won meanwhile goes back quietly.
+        a.end_lease(lease, detail::layout::kLostReleased, detail::lease_clock(), lk.wakes);
+      }
+    }
+    a.free_waiter(w);
+    // Our leaving may let the requests behind us in (a big head that left).
+    if (!granted && a.hdr->queue_head.load(std::memory_order_relaxed) != detail::layout::kNil)
+      a.grant_queued(detail::lease_clock(), lk.wakes);
+  }
+  {
+    std::lock_guard g(h.waits_mu);
+    h.waits.erase(std::find(h.waits.begin(), h.waits.end(), w));
+  }
+  const std::int64_t waited = sys::precise_now_ns() - started;
+  if (!granted) throw fail(reason, wakeups, waited, true);
+  Permit p = make_permit(h, lease, id, q, granted_ns);
+  if (h.opts.observer) {
+    AcquireEvent e{a.key, a.hdr->capacity.load(), n, a.hdr->used.load(), id, wakeups,
+                   std::chrono::nanoseconds(waited), Outcome::acquired, true};
+    detail::notify(h.opts.observer, [&](Observer& o) {
+      o.on_wait_end(e);
+      o.on_acquire(e);
+    });
+  }
+  return p;
+}
+
+std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) {
+  detail::check_weight(n, "try_acquire()");
+  handle& h = *h_;
+  attachment& a = *h.att;
+  const acquisition q = resolve(h, n, opts);
+  auto failed = [&](Outcome outcome) -> std::optional<Permit> {
+    a.hdr->stats.try_failures.fetch_add(1, std::memory_order_relaxed);
+    if (h.opts.observer) {
+      AcquireEvent e{a.key, a.hdr->capacity.load(), n, a.hdr->used.load(), 0, 0,
+                     std::chrono::nanoseconds(0), outcome, false};
+      detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
+    }
+    return std::nullopt;
+  };
+  if (h.shut.load(std::memory_order_relaxed) ||
+      detail::process_shut_down.load(std::memory_order_relaxed))
+    return failed(Outcome::shutdown);
+  locked lk(a, sys::kNever);
+  const std::uint32_t self = a.ensure_self(lk.wakes);
+  auto* hdr = a.hdr;
+  const std::int64_t now = detail::lease_clock();
+  auto fits = [&] {
+    return hdr->queue_head.load(std::memory_order_relaxed) == detail::layout::kNil &&
+           hdr->used.load(std::memory_order_relaxed) + n <=
+               hdr->capacity.load(std::memory_order_relaxed);
+  };
+  if (n > hdr->capacity.load(std::memory_order_relaxed)) {
+    lk.unlock();
+    return failed(Outcome::exceeds_capacity);
+  }
+  bool ok = fits();
+  if (!ok) {
+    a.reap(now, lk.wakes);
+    ok = fits();
+  }
+  if (!ok) {
+    lk.unlock();
+    return failed(Outcome::unavailable);
+  }
+  std::uint64_t id;
+  const std::uint32_t slot = a.grant(self, n, q.ttl_ms, now, id);
+  detail::record_histogram(hdr->stats.wait, 0);
+  ++a.live_permits;
+  lk.unlock();
+  std::optional<Permit> p(make_permit(h, slot, id, q, now));
+  if (h.opts.observer) {
+    AcquireEvent e{a.key, hdr->capacity.load(), n, hdr->used.load(), id, 0,
+                   std::chrono::nanoseconds(0), Outcome::acquired, false};
+    detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
+  }
+  return p;
+}
+
+namespace detail {
+Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t id, int n,
+                           std::int64_t ttl_ms, bool renew, std::int64_t granted_ns) {
+  Permit p;
+  p.att_ = h.att;
+  p.slot_ = slot;
+  p.weight_ = n;
+  p.id_ = id;
+  p.ttl_ms_ = ttl_ms;
+  p.expires_ns_ = ttl_ms > 0 ? granted_ns + ttl_ms * 1'000'000 : 0;
+  p.acquired_at_ = Permit::clock::time_point(std::chrono::nanoseconds(granted_ns));
+  p.handle_id_ = h.id;
+  if (h.opts.observer) p.observer_ = h.opts.observer;
+  if (renew) {
+    auto r = std::make_shared<detail::renewal>();
+    r->att = h.att;
+    r->slot = slot;
+    r->id = id;
+    r->ttl_ms = ttl_ms;
+    r->handle_id = h.id;
+    p.renewal_ = r;
+    // A handle shut down meanwhile does not start new renewals.
+    if (!h.shut.load() && !detail::process_shut_down.load())
+      detail::renew_in_background(r);
+    else
+      r->stop();
+  }
+  return p;
+}
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// Introspection
+
+int Semaphore::capacity() const noexcept {
+  return h_->att->hdr->capacity.load(std::memory_order_relaxed);
+}
+int Semaphore::used() const noexcept { return h_->att->hdr->used.load(std::memory_order_relaxed); }
+int Semaphore::available() const noexcept { return std::max(0, capacity() - used()); }
+int Semaphore::waiters() const noexcept {
+  return h_->att->hdr->waiters.load(std::memory_order_relaxed);
+}
+bool Semaphore::empty() const noexcept { return used() == 0; }
+bool Semaphore::full() const noexcept { return used() >= capacity(); }
+double Semaphore::utilization() const noexcept {
+  return static_cast<double>(used()) / capacity();
+}
+double Semaphore::utilization_smoothed() const noexcept {
+  return h_->att->ewma_now(detail::lease_clock());
+}
+
+namespace {
+void read_histogram(const detail::layout::shared_histogram& in, Histogram& out) {
+  for (std::size_t i = 0; i < out.counts.size(); ++i)
+    out.counts[i] = in.counts[i].load(std::memory_order_relaxed);
+  out.sum_seconds = static_cast<double>(in.sum_ns.load(std::memory_order_relaxed)) / 1e9;
+}
+}  // namespace
+
+Stats Semaphore::stats() const {
+  const auto& s = h_->att->hdr->stats;
+  Stats out;
+  auto rd = [](const std::atomic<std::uint64_t>& v) { return v.load(std::memory_order_relaxed); };
+  out.acquired = rd(s.acquired);
+  out.released = rd(s.released);
+  out.timeouts = rd(s.timeouts);
+  out.cancelled = rd(s.cancelled);
+  out.shutdowns = rd(s.shutdowns);
+  out.rejected = rd(s.rejected);
+  out.try_failures = rd(s.try_failures);
+  out.reaped = rd(s.reaped);
+  out.expired = rd(s.expired);
+  out.force_released = rd(s.force_released);
+  out.reclaimed_seats = rd(s.reclaimed_seats);
+  out.recoveries = rd(s.recoveries);
+  read_histogram(s.wait, out.wait);
+  read_histogram(s.hold, out.hold);
+  return out;
+}
+
+std::vector<Holder> Semaphore::holders() const {
+  const attachment& a = *h_->att;
+  std::vector<Holder> out;
+  const std::int64_t now = detail::lease_clock();
+  const std::uint32_t hwm = a.hdr->lease_hwm.load(std::memory_order_acquire);
+  std::vector<std::int8_t> alive(a.hdr->holder_slots.load(std::memory_order_relaxed), -1);
+  for (std::uint32_t i = 0; i < hwm; ++i) {
+    const auto& l = a.leases[i];
+    const std::uint64_t id = l.id.load(std::memory_order_acquire);
+    if (id == 0) continue;
+    Holder h;
+    h.permit_id = id;
+    h.weight = l.weight.load(std::memory_order_relaxed);
+    const std::uint32_t holder = l.holder.load(std::memory_order_relaxed);
+    const std::int64_t acquired = l.acquired_ns.load(std::memory_order_relaxed);
+    const std::int64_t exp = l.expires_ns.load(std::memory_order_relaxed);
+    if (l.id.load(std::memory_order_acquire) != id) continue;  // changed under us
+    h.acquired_at = Permit::clock::time_point(std::chrono::nanoseconds(acquired));
+    if (exp) h.expires_at = Permit::clock::time_point(std::chrono::nanoseconds(exp));
+    if (holder < alive.size()) {
+      const auto& rec = a.holders[holder];
+      if (rec.pid_ns.load(std::memory_order_relaxed) == a.pid_ns)
+        h.pid = rec.pid.load(std::memory_order_relaxed);
+      else
+        h.foreign_namespace = true;
+      if (alive[holder] < 0) alive[holder] = a.holder_alive(holder) ? 1 : 0;
+    }
+    if (exp && exp <= now)
+      h.state = HolderState::expired;
+    else if (holder >= alive.size() || alive[holder] == 0)
+      h.state = HolderState::dead;
+    out.push_back(h);
+  }
+  return out;
+}
+
+Snapshot Semaphore::snapshot() const {
+  Snapshot s;
+  s.key = std::string(key());
+  s.capacity = capacity();
+  s.used = used();
+  s.waiters = waiters();
+  s.utilization = utilization();
+  s.utilization_smoothed = utilization_smoothed();
+  s.stats = stats();
+  s.holders = holders();
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Administration
+
+int Semaphore::reap() {
+  attachment& a = *h_->att;
+  int freed;
+  {
+    locked lk(a, sys::kNever);
+    freed = a.reap(detail::lease_clock(), lk.wakes, true);
+  }
+  if (freed > 0 && h_->opts.observer)
+    detail::notify(h_->opts.observer, [&](Observer& o) { o.on_reaped(a.key, freed); });
+  return freed;
+}
+
+void Semaphore::set_capacity(int permits) {
+  if (permits < 1 || permits > kMaxCapacity)
+    throw std::invalid_argument("shmsem: set_capacity() needs 1.." + std::to_string(kMaxCapacity) +
+                                ", got " + std::to_string(permits));
+  attachment& a = *h_->att;
+  locked lk(a, sys::kNever);
+  a.grow_leases(static_cast<std::uint32_t>(permits));
+  const std::int64_t now = detail::lease_clock();
+  a.ewma_advance(now);
+  a.hdr->capacity.store(permits, std::memory_order_relaxed);
+  a.hdr->ewma_level.store(
+      static_cast<double>(a.hdr->used.load(std::memory_order_relaxed)) / permits,
+      std::memory_order_relaxed);
+  a.reject_oversized(lk.wakes);
+  a.grant_queued(now, lk.wakes);
+}
+
+int Semaphore::force_release_all() {
+  attachment& a = *h_->att;
+  locked lk(a, sys::kNever);
+  const std::int64_t now = detail::lease_clock();
+  int displaced = 0;
+  const std::uint32_t hwm = a.hdr->lease_hwm.load(std::memory_order_relaxed);
+  for (std::uint32_t i = 0; i < hwm; ++i) {
+    const auto& l = a.leases[i];
+    if (l.id.load(std::memory_order_relaxed) == 0) continue;
+    const std::int64_t exp = l.expires_ns.load(std::memory_order_relaxed);
+    if (exp && exp <= now) {
+      a.end_lease(i, detail::layout::kLostExpired, now, lk.wakes);
+    } else if (!a.holder_alive(l.holder.load(std::memory_order_relaxed))) {
+      a.end_lease(i, detail::layout::kLostReaped, now, lk.wakes);
+    } else {
+      a.end_lease(i, detail::layout::kLostForceReleased, now, lk.wakes);
+      ++displaced;
+    }
+  }
+  if (displaced > 0)
+    detail::log().warn("semaphore '{}': force_release_all displaced {} live lease{}", a.key,
+                       displaced, displaced == 1 ? "" : "s");
+  return displaced;
+}
+
+bool Semaphore::wait_idle(std::chrono::milliseconds timeout) {
+  attachment& a = *h_->att;
+  auto* hdr = a.hdr;
+  const std::int64_t deadline =
+      sys::precise_now_ns() + std::chrono::nanoseconds(std::max(timeout, {})).count();
+  hdr->idle_waiters.fetch_add(1);
+  bool idle = false;
+  for (;;) {
+    const std::uint32_t seq = hdr->idle_seq.load(std::memory_order_acquire);
+    if (hdr->used.load(std::memory_order_acquire) == 0) {
+      idle = true;
+      break;
+    }
+    if (a.reap_needed(detail::lease_clock())) {
+      locked lk(a, deadline);
+      if (lk.owns()) a.reap(detail::lease_clock(), lk.wakes);
+      continue;
+    }
+    const std::int64_t now = sys::precise_now_ns();
+    if (now >= deadline) break;
+    sys::futex_wait(&hdr->idle_seq, seq, std::min(deadline, now + detail::kOtherTickNs / 5));
+  }
+  hdr->idle_waiters.fetch_sub(1);
+  return idle;
+}
+
+void Semaphore::shutdown() {
+  h_->shut.store(true);
+  detail::stop_renewals_of(h_->id);
+  h_->nudge_waiters();
+}
+
+void shutdown_all() {
+  detail::process_shut_down.store(true);
+  detail::stop_all_renewals();
+  std::lock_guard g(detail::handles_mutex);
+  for (auto* h : detail::all_handles) {
+    h->shut.store(true);
+    h->nudge_waiters();
+  }
+}
+
+}  // namespace shmsem

@@ -1,0 +1,65 @@
+#include "sys/proc.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace shmsem::sys {
+
+namespace {
+std::string read_small_file(const char* path) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char buf[1024];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return {};
+  return std::string(buf, static_cast<size_t>(n));
+}
+}  // namespace
+
+std::uint64_t self_pid_ns() {
+  struct ::stat st;
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return st.st_ino;
+}
+
+process_identity self_identity() {
+  process_identity id;
+  id.pid = ::getpid();
+  id.uid = ::getuid();
+  id.pid_ns = self_pid_ns();
+  std::string stat = read_small_file("/proc/self/stat");
+  if (!stat.empty()) {
+    id.pid = static_cast<pid_t>(std::atol(stat.c_str()));
+    // The command may hold spaces and parentheses: fields count from the
+    // last ')'. starttime is field 22, the 20th after it.
+    auto close = stat.rfind(')');
+    auto open = stat.find('(');
+    if (open != std::string::npos && close != std::string::npos && close > open) {
+      std::string comm = stat.substr(open + 1, close - open - 1);
+      std::strncpy(id.comm, comm.c_str(), sizeof id.comm - 1);
+      const char* p = stat.c_str() + close + 1;
+      for (int field = 3; field < 22 && *p; ++field) {
+        while (*p == ' ') ++p;
+        while (*p && *p != ' ') ++p;
+      }
+      id.start_time = std::strtoull(p, nullptr, 10);
+    }
+  }
+  return id;
+}
+
+std::string process_command(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/comm", static_cast<int>(pid));
+  std::string s = read_small_file(path);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+}  // namespace shmsem::sys

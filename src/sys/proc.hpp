@@ -1,0 +1,31 @@
+// sys/proc.hpp: what /proc says about processes. Used to label holders
+// (pid, command, PID namespace); liveness itself comes from OFD lock
+// tokens, not from PIDs, so PID reuse and zombies cannot fool it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace shmsem::sys {
+
+struct process_identity {
+  pid_t pid = 0;                 ///< as this process's /proc sees it
+  std::uint64_t start_time = 0;  ///< field 22 of /proc/self/stat, clock ticks since boot
+  std::uint64_t pid_ns = 0;      ///< inode of /proc/self/ns/pid
+  uid_t uid = 0;
+  char comm[16] = {};
+};
+
+/// The calling process's identity, read from /proc/self (never from
+/// /proc/<getpid()>, which is another process in a foreign PID namespace).
+process_identity self_identity();
+
+/// Inode of this process's PID namespace (0 if unknown).
+std::uint64_t self_pid_ns();
+
+/// /proc/<pid>/comm, or "" if it cannot be read.
+std::string process_command(pid_t pid);
+
+}  // namespace shmsem::sys

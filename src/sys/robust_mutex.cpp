@@ -1,0 +1,46 @@
+#include "sys/robust_mutex.hpp"
+
+#include <cerrno>
+
+#include "sys/clock.hpp"
+
+namespace shmsem::sys {
+
+int robust_mutex_init(pthread_mutex_t* m) {
+  pthread_mutexattr_t a;
+  int e = pthread_mutexattr_init(&a);
+  if (e) return e;
+  // PTHREAD_PRIO_INHERIT is deliberately not set: glibc asserts when a PI
+  // owner lives in another PID namespace.
+  if (!(e = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED)) &&
+      !(e = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST)))
+    e = pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+  return e;
+}
+
+lock_result robust_mutex_lock(pthread_mutex_t* m, std::int64_t deadline_ns) {
+  int e;
+  if (deadline_ns == kNever) {
+    e = pthread_mutex_lock(m);
+  } else {
+    timespec ts = to_timespec(deadline_ns < 0 ? 0 : deadline_ns);
+    e = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+  }
+  switch (e) {
+    case 0:
+      return lock_result::locked;
+    case EOWNERDEAD:
+      return lock_result::owner_died;
+    case ETIMEDOUT:
+      return lock_result::timed_out;
+    default:
+      return lock_result::unrecoverable;
+  }
+}
+
+void robust_mutex_make_consistent(pthread_mutex_t* m) { pthread_mutex_consistent(m); }
+
+void robust_mutex_unlock(pthread_mutex_t* m) { pthread_mutex_unlock(m); }
+
+}  // namespace shmsem::sys

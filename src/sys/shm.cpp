@@ -1,0 +1,198 @@
+#include "sys/shm.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/interprocess/exceptions.hpp>
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
+#include <thread>
+
+#include "sys/clock.hpp"
+
+namespace bip = boost::interprocess;
+
+namespace shmsem::sys {
+
+struct shm_file::impl {
+  bip::shared_memory_object object;
+  bip::mapped_region region;
+};
+
+std::unique_ptr<shm_file> shm_file::open(const std::string& name, bool create, mode_t mode,
+                                         int& err, bool& created) {
+  err = 0;
+  created = false;
+  std::unique_ptr<shm_file> f(new shm_file);
+  f->impl_ = std::make_unique<impl>();
+  // glibc's shm_open, under Boost, adds O_NOFOLLOW | O_CLOEXEC: a symlink
+  // planted at the name is refused with ELOOP and exec'd children do not
+  // inherit the fd (and with it our liveness tokens).
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    try {
+      if (create) {
+        try {
+          bip::permissions perm(static_cast<unsigned>(mode));
+          f->impl_->object = bip::shared_memory_object(bip::create_only, name.c_str(),
+                                                       bip::read_write, perm);
+          created = true;
+        } catch (const bip::interprocess_exception& e) {
+          if (e.get_error_code() != bip::already_exists_error) throw;
+          f->impl_->object =
+              bip::shared_memory_object(bip::open_only, name.c_str(), bip::read_write);
+        }
+      } else {
+        f->impl_->object = bip::shared_memory_object(bip::open_only, name.c_str(), bip::read_write);
+      }
+      break;
+    } catch (const bip::interprocess_exception& e) {
+      err = e.get_native_error();
+      if (err == 0) err = EIO;
+      // Created and removed between our two calls: try again.
+      if (create && err == ENOENT) continue;
+      return nullptr;
+    }
+  }
+  if (err) return nullptr;
+  if (created && ::fchmod(f->fd(), mode) != 0) {
+    err = errno;
+    return nullptr;
+  }
+  return f;
+}
+
+shm_file::~shm_file() = default;
+
+int shm_file::fd() const {
+  return static_cast<int>(impl_->object.get_mapping_handle().handle);
+}
+
+int shm_file::stat(struct ::stat& st) const { return ::fstat(fd(), &st) == 0 ? 0 : errno; }
+
+int shm_file::map(std::size_t size) {
+  try {
+    impl_->region = bip::mapped_region(impl_->object, bip::read_write, 0, size);
+    base_ = impl_->region.get_address();
+    return 0;
+  } catch (const bip::interprocess_exception& e) {
+    return e.get_native_error() ? e.get_native_error() : ENOMEM;
+  }
+}
+
+int shm_file::allocate(std::uint64_t off, std::uint64_t len) {
+  if (len == 0) return 0;
+  int r;
+  do r = ::fallocate(fd(), 0, static_cast<off_t>(off), static_cast<off_t>(len));
+  while (r != 0 && errno == EINTR);
+  return r == 0 ? 0 : errno;
+}
+
+int shm_file::reopen_description() {
+  const std::string self = "/proc/self/fd/" + std::to_string(fd());
+  int nfd = ::open(self.c_str(), O_RDWR | O_CLOEXEC);
+  if (nfd < 0) return errno;
+  int r = ::dup3(nfd, fd(), O_CLOEXEC);
+  int e = r < 0 ? errno : 0;
+  ::close(nfd);
+  return e;
+}
+
+namespace {
+struct flock make_lock(short type, std::uint64_t byte) {
+  struct flock l{};
+  l.l_type = type;
+  l.l_whence = SEEK_SET;
+  l.l_start = static_cast<off_t>(byte);
+  l.l_len = 1;
+  l.l_pid = 0;  // required for F_OFD_*
+  return l;
+}
+}  // namespace
+
+bool shm_file::try_lock(std::uint64_t byte, bool exclusive) {
+  struct flock l = make_lock(exclusive ? F_WRLCK : F_RDLCK, byte);
+  int r;
+  do r = ::fcntl(fd(), F_OFD_SETLK, &l);
+  while (r != 0 && errno == EINTR);
+  return r == 0;
+}
+
+bool shm_file::lock_until(std::uint64_t byte, bool exclusive, std::int64_t deadline_ns) {
+  // F_OFD_SETLKW has no timeout, and a stopped holder would hold us forever,
+  // so poll with a growing pause. This runs only while opening a segment.
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    if (try_lock(byte, exclusive)) return true;
+    if (precise_now_ns() >= deadline_ns) return false;
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::milliseconds(5)) pause *= 2;
+  }
+}
+
+void shm_file::unlock(std::uint64_t byte) {
+  struct flock l = make_lock(F_UNLCK, byte);
+  ::fcntl(fd(), F_OFD_SETLK, &l);
+}
+
+bool shm_file::locked_by_other(std::uint64_t byte) const {
+  struct flock l = make_lock(F_WRLCK, byte);
+  if (::fcntl(fd(), F_OFD_GETLK, &l) != 0) return true;  // unknown: never judge dead on error
+  return l.l_type != F_UNLCK;
+}
+
+int shm_remove(const std::string& name) {
+  std::string n = "/" + name;
+  return ::shm_unlink(n.c_str()) == 0 ? 0 : errno;
+}
+
+int shm_read_prefix(const std::string& name, void* buf, std::size_t n, std::size_t& got,
+                    std::uint64_t& size) {
+  got = 0;
+  size = 0;
+  std::string p = std::string(kShmDir) + "/" + name;
+  int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return errno;
+  struct ::stat st;
+  int err = 0;
+  if (::fstat(fd, &st) != 0) {
+    err = errno;
+  } else if (!S_ISREG(st.st_mode)) {
+    err = EINVAL;
+  } else {
+    size = static_cast<std::uint64_t>(st.st_size);
+    ssize_t r = ::pread(fd, buf, n, 0);
+    if (r < 0)
+      err = errno;
+    else
+      got = static_cast<std::size_t>(r);
+  }
+  ::close(fd);
+  return err;
+}
+
+std::vector<std::string> shm_list(const std::string& prefix) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(kShmDir);
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.compare(0, prefix.size(), prefix) == 0) out.push_back(std::move(n));
+  }
+  ::closedir(d);
+  return out;
+}
+
+int shm_stat_name(const std::string& name, file_id& id) {
+  struct ::stat st;
+  std::string p = std::string(kShmDir) + "/" + name;
+  if (::lstat(p.c_str(), &st) != 0) return errno;
+  id.dev = st.st_dev;
+  id.ino = st.st_ino;
+  return 0;
+}
+
+}  // namespace shmsem::sys

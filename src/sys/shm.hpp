@@ -1,0 +1,86 @@
+// sys/shm.hpp: the segment file and its mapping. Boost.Interprocess creates,
+// opens and maps it; the rest (OFD byte locks, fallocate, fstat checks,
+// directory listing) are plain system calls. Every function reports a
+// failure as an errno value, so the caller can name the path in its error.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shmsem::sys {
+
+/// Where POSIX shared memory lives on Linux.
+inline constexpr const char* kShmDir = "/dev/shm";
+
+/// An open segment file and (once map() succeeded) its shared mapping.
+class shm_file {
+ public:
+  /// Opens /dev/shm/<name>, creating it (empty, with `mode` whatever the
+  /// umask) when `create` is set and it is absent. The open never follows a
+  /// symlink. Returns nullptr and sets `err` (an errno) on failure;
+  /// `created` tells whether this call made the file.
+  static std::unique_ptr<shm_file> open(const std::string& name, bool create, mode_t mode,
+                                        int& err, bool& created);
+  ~shm_file();
+  shm_file(const shm_file&) = delete;
+  shm_file& operator=(const shm_file&) = delete;
+
+  int fd() const;
+  /// fstat: type, size, links. Returns errno or 0.
+  int stat(struct ::stat& st) const;
+  /// Maps `size` bytes shared read-write at offset 0. The size may exceed
+  /// the file: pages past the end are only touched once the file grows.
+  int map(std::size_t size);
+  void* base() const { return base_; }
+  /// Allocates [off, off+len) so later page faults cannot fail (a full
+  /// tmpfs gives ENOSPC here instead of SIGBUS later). Returns errno or 0.
+  int allocate(std::uint64_t off, std::uint64_t len);
+  /// Replaces this process's open file description with a fresh one for the
+  /// same file (after fork, so the child's OFD locks are its own). errno or 0.
+  int reopen_description();
+
+  /// Open-file-description byte locks (F_OFD_*): held per open file
+  /// description and dropped by the kernel when the last fd to it closes,
+  /// on any death of the holder. They serve as liveness tokens.
+  /// try_lock: returns true if taken (exclusive or shared).
+  bool try_lock(std::uint64_t byte, bool exclusive);
+  /// Retries try_lock until the absolute CLOCK_MONOTONIC deadline.
+  bool lock_until(std::uint64_t byte, bool exclusive, std::int64_t deadline_ns);
+  void unlock(std::uint64_t byte);
+  /// True if another open file description holds a lock on `byte`.
+  bool locked_by_other(std::uint64_t byte) const;
+
+ private:
+  shm_file() = default;
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  void* base_ = nullptr;
+};
+
+/// Removes /dev/shm/<name>. Returns errno or 0.
+int shm_remove(const std::string& name);
+
+/// Reads up to `n` bytes from the start of /dev/shm/<name> (read-only, no
+/// symlinks, no blocking on a FIFO) and its size. Returns errno or 0.
+int shm_read_prefix(const std::string& name, void* buf, std::size_t n, std::size_t& got,
+                    std::uint64_t& size);
+
+/// Names of the entries of /dev/shm that start with `prefix`.
+std::vector<std::string> shm_list(const std::string& prefix);
+
+/// Identity of a file, to tell whether a name still points to the file we have open.
+struct file_id {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const file_id&) const = default;
+};
+/// lstat of /dev/shm/<name>. Returns errno or 0.
+int shm_stat_name(const std::string& name, file_id& id);
+
+}  // namespace shmsem::sys
