@@ -1,0 +1,335 @@
+// bounded_test.cpp: shmsem::bounded() within one process (threads only):
+// keys, policies, fail modes, method errors, concurrency and composition.
+#include <shmsem/shmsem.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "service_test_util.hpp"
+#include "test_support.hpp"
+
+// Designated initializers that name only some fields are the documented
+// style of these options; GCC 12 warns about the fields left out.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+using test::unique_key;
+
+std::uint64_t acquired(std::string_view key) {
+  return Semaphore::attach(key).stats().acquired;
+}
+
+TEST(Bounded, FixedKeyRunsTheBodyHoldingOneSeatAndReleases) {
+  unique_key key;
+  int seen_used = -1;
+  auto f = bounded({.key = key.str(), .permits = 2},
+                   [&](int x) { seen_used = Semaphore::attach(key).used() + x; });
+  EXPECT_TRUE(f(0));
+  EXPECT_EQ(seen_used, 1);
+  EXPECT_EQ(Semaphore::attach(key).used(), 0);
+  EXPECT_EQ(Semaphore::attach(key).capacity(), 2);
+  EXPECT_EQ(acquired(key), 1u);
+}
+
+TEST(Bounded, ReturnsTheResultInAnOptional) {
+  unique_key key;
+  auto f = bounded({.key = key.str()}, [](int a, int b) { return a * b; });
+  std::optional<int> r = f(6, 7);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(*r, 42);
+}
+
+TEST(Bounded, TemplateWithSeveralArgumentsMakesTheKey) {
+  unique_key base;
+  const std::string expected = base.str() + ":acme:7:acme";
+  test::key_remover cleanup({expected});
+  std::string seen_key;
+  auto f = bounded({.key = base.str() + ":{1}:{0}:{1}", .permits = 1},
+                   [&](int job, const std::string& tenant) {
+                     EXPECT_EQ(Semaphore::attach(expected).used(), 1);
+                     seen_key = tenant + std::to_string(job);
+                   });
+  EXPECT_TRUE(f(7, std::string("acme")));
+  EXPECT_EQ(seen_key, "acme7");
+  EXPECT_EQ(acquired(expected), 1u);
+  EXPECT_THROW(Semaphore::attach(base.str() + ":{1}:{0}:{1}"), SegmentError);
+}
+
+TEST(Bounded, TemplateTakesFmtSpecsAndLiteralBraces) {
+  unique_key base;
+  const std::string expected = base.str() + ":{007}";
+  test::key_remover cleanup({expected});
+  auto f = bounded({.key = base.str() + ":{{{0:03}}}"}, [](int) {});
+  EXPECT_TRUE(f(7));
+  EXPECT_EQ(acquired(expected), 1u);
+}
+
+TEST(Bounded, FixedKeyWithEscapedBracesIsLiteral) {
+  unique_key base;
+  const std::string expected = base.str() + "{x}";
+  test::key_remover cleanup({expected});
+  auto f = bounded({.key = base.str() + "{{x}}"}, [] {});
+  EXPECT_TRUE(f());
+  EXPECT_EQ(acquired(expected), 1u);
+}
+
+TEST(Bounded, TemplateNamingAMissingArgumentIsRejectedByBounded) {
+  bool ran = false;
+  EXPECT_THROW(bounded({.key = "k:{2}"}, [&](int, int) { ran = true; }), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k:{0}"}, [&] { ran = true; }), std::invalid_argument);
+  EXPECT_FALSE(ran);
+}
+
+TEST(Bounded, MalformedTemplatesAreRejectedByBounded) {
+  auto fn = [](int) {};
+  EXPECT_THROW(bounded({.key = "k:{}"}, fn), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k:{0"}, fn), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k:0}"}, fn), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k:{x}"}, fn), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k:{64}"}, fn), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = ""}, fn), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k", .permits = 0}, fn), std::invalid_argument);
+  EXPECT_NO_THROW(bounded({.key = "k:{0}"}, fn));
+}
+
+TEST(Bounded, TemplateNamingAnUnformattableArgumentIsRejected) {
+  struct opaque {};
+  EXPECT_THROW(bounded({.key = "k:{0}"}, [](opaque) {}), std::invalid_argument);
+  EXPECT_NO_THROW(bounded({.key = "k:{1}"}, [](opaque, int) {}));
+}
+
+TEST(Bounded, GenericCallableWithPlaceholdersIsRejected) {
+  EXPECT_THROW(bounded({.key = "k:{0}"}, [](auto) {}), std::invalid_argument);
+  EXPECT_NO_THROW(bounded({.key = "k"}, [](auto) {}));
+}
+
+TEST(Bounded, KeyCallableMakesTheKeyFromTheArguments) {
+  unique_key base;
+  const std::string expected = base.str() + "-tenant-9";
+  test::key_remover cleanup({expected});
+  auto f = bounded(
+      BoundedOptions{.key = [&](const std::string& t,
+                                int n) { return base.str() + "-" + t + "-" + std::to_string(n); },
+                     .permits = 1},
+      [](const std::string&, int n) { return n; });
+  EXPECT_EQ(f(std::string("tenant"), 9), 9);
+  EXPECT_EQ(acquired(expected), 1u);
+}
+
+TEST(Bounded, MoveOnlyArgumentsAreForwarded) {
+  unique_key base;
+  test::key_remover cleanup({base.str() + ":5"});
+  auto f =
+      bounded({.key = base.str() + ":{0}"}, [](int id, std::unique_ptr<int> p) { return id + *p; });
+  EXPECT_EQ(f(5, std::make_unique<int>(1)), 6);
+}
+
+struct method_error : std::runtime_error {
+  explicit method_error(int c) : std::runtime_error("method failed"), code(c) {}
+  int code;
+};
+
+TEST(Bounded, MethodErrorPropagatesUnchangedAndTheSeatIsReleased) {
+  unique_key key;
+  for (auto policy : {OnUnavailable::throw_error, OnUnavailable::skip}) {
+    auto f = bounded({.key = key.str(), .on_unavailable = policy},
+                     [](int c) -> int { throw method_error(c); });
+    try {
+      f(17);
+      FAIL() << "the method's exception was swallowed";
+    } catch (const method_error& e) {
+      EXPECT_EQ(e.code, 17);
+    }
+    EXPECT_EQ(Semaphore::attach(key).used(), 0);
+  }
+  EXPECT_EQ(Semaphore::attach(key).stats().released, 2u);
+}
+
+TEST(Bounded, ThrowPolicyPropagatesAcquisitionError) {
+  unique_key key;
+  Permit held = acquire(key, 1);
+  bool ran = false;
+  auto f = bounded({.key = key.str(), .wait_timeout = 10ms}, [&] { ran = true; });
+  try {
+    f();
+    FAIL() << "ran on a full semaphore";
+  } catch (const AcquisitionError& e) {
+    EXPECT_EQ(e.reason(), Reason::timeout);
+  }
+  EXPECT_FALSE(ran);
+}
+
+TEST(Bounded, SkipPolicyReturnsEmptyWithoutRunning) {
+  unique_key key;
+  Permit held = acquire(key, 1);
+  int runs = 0;
+  auto v = bounded({.key = key.str(), .wait_timeout = 0ms, .on_unavailable = OnUnavailable::skip},
+                   [&] { ++runs; });
+  auto r = bounded({.key = key.str(), .wait_timeout = 5ms, .on_unavailable = OnUnavailable::skip},
+                   [&] { return ++runs; });
+  EXPECT_FALSE(v());
+  EXPECT_FALSE(r().has_value());
+  EXPECT_EQ(runs, 0);
+  held.release();
+  EXPECT_TRUE(v());
+  EXPECT_EQ(r(), std::optional<int>(2));
+}
+
+struct busy_error : std::runtime_error {
+  busy_error(std::string k, Reason r) : std::runtime_error("busy"), key(std::move(k)), reason(r) {}
+  std::string key;
+  Reason reason;
+};
+
+TEST(Bounded, MappingPolicyThrowsTheCallersOwnError) {
+  unique_key key;
+  Permit held = acquire(key, 1);
+  auto f = bounded(
+      {.key = key.str(),
+       .wait_timeout = 5ms,
+       .on_unavailable = [](std::string_view k, Reason r) { throw busy_error(std::string(k), r); }},
+      [] {});
+  try {
+    f();
+    FAIL() << "ran on a full semaphore";
+  } catch (const busy_error& e) {
+    EXPECT_EQ(e.key, key.str());
+    EXPECT_EQ(e.reason, Reason::timeout);
+  }
+}
+
+TEST(Bounded, MappingPolicyThatReturnsFallsBackToAcquisitionError) {
+  unique_key key;
+  Permit held = acquire(key, 1);
+  int calls = 0;
+  auto f = bounded({.key = key.str(),
+                    .wait_timeout = 5ms,
+                    .on_unavailable = [&](std::string_view, Reason) { ++calls; }},
+                   [] {});
+  EXPECT_THROW(f(), AcquisitionError);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(Bounded, FailOpenRunsUnboundedAndWarnsOncePerKey) {
+  unique_key a("a"), b("b");
+  test::unopenable_key bad_a(a.str()), bad_b(b.str());
+  test::log_capture log;
+  int runs = 0;
+  auto fa = bounded({.key = a.str()}, [&] { return ++runs; });
+  auto fb = bounded({.key = b.str()}, [&] { return ++runs; });
+  EXPECT_EQ(fa(), std::optional<int>(1));
+  EXPECT_EQ(fa(), std::optional<int>(2));
+  EXPECT_EQ(fb(), std::optional<int>(3));
+  EXPECT_EQ(log.count("fail_open"), 2) << log.text();
+  EXPECT_EQ(log.count("semaphore '" + a.str() + "'"), 1) << log.text();
+}
+
+TEST(Bounded, FailClosedTreatsAnUnopenableSegmentAsUnavailable) {
+  unique_key key;
+  test::unopenable_key bad(key.str());
+  bool ran = false;
+  auto thrower =
+      bounded({.key = key.str(), .fail_mode = FailMode::fail_closed}, [&] { ran = true; });
+  try {
+    thrower();
+    FAIL() << "fail_closed ran the body";
+  } catch (const AcquisitionError& e) {
+    EXPECT_EQ(e.reason(), Reason::error);
+    EXPECT_THROW(std::rethrow_exception(e.cause()), SegmentError);
+  }
+  auto skipper = bounded(
+      {.key = key.str(), .on_unavailable = OnUnavailable::skip, .fail_mode = FailMode::fail_closed},
+      [&] { ran = true; });
+  EXPECT_FALSE(skipper());
+  EXPECT_FALSE(ran);
+}
+
+TEST(Bounded, ConcurrentCallsFromCopiesNeverExceedPermits) {
+  unique_key key;
+  std::atomic<int> inside{0}, peak{0}, runs{0};
+  auto f = bounded({.key = key.str(), .permits = 2}, [&] {
+    const int now = inside.fetch_add(1) + 1;
+    int p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+    std::this_thread::yield();
+    runs.fetch_add(1);
+    inside.fetch_sub(1);
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t)
+    threads.emplace_back([copy = f] {
+      for (int i = 0; i < 100; ++i) copy();
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(runs.load(), 600);
+  EXPECT_LE(peak.load(), 2);
+  EXPECT_GE(peak.load(), 1);
+  EXPECT_EQ(Semaphore::attach(key).used(), 0);
+  EXPECT_EQ(acquired(key), 600u);
+}
+
+// A caller's own wrapper, as a scheduler would apply it: run `job` each tick.
+template <class Job>
+int run_ticks(int ticks, Job job) {
+  int ran = 0;
+  for (int i = 0; i < ticks; ++i)
+    if (job()) ++ran;
+  return ran;
+}
+
+TEST(Bounded, ComposesWithTheCallersWrapper) {
+  unique_key key;
+  auto sync = bounded({.key = key.str(), .on_unavailable = OnUnavailable::skip}, [] {});
+  EXPECT_EQ(run_ticks(3, sync), 3);
+  Permit held = acquire(key, 1);
+  auto sync_now = bounded(
+      {.key = key.str(), .wait_timeout = 0ms, .on_unavailable = OnUnavailable::skip}, [] {});
+  EXPECT_EQ(run_ticks(3, sync_now), 0);
+}
+
+TEST(Bounded, UsesTheGivenServiceAndItsObserver) {
+  struct recorder : Observer {
+    std::atomic<int> acquires{0};
+    void on_acquire(const AcquireEvent& e) override {
+      if (e.outcome == Outcome::acquired && e.weight == 1) acquires.fetch_add(1);
+    }
+  };
+  auto obs = std::make_shared<recorder>();
+  ServiceOptions o;
+  o.handle_options.observer = obs;
+  Service svc(o);
+  unique_key key;
+  auto f = bounded({.key = key.str(), .service = &svc}, [] {});
+  f();
+  f();
+  EXPECT_EQ(obs->acquires.load(), 2);
+  EXPECT_EQ(svc.cached(), 1u);
+}
+
+TEST(Bounded, TtlAndAutoRenewReachThePermit) {
+  unique_key key;
+  std::optional<std::chrono::steady_clock::time_point> expiry;
+  auto f = bounded({.key = key.str(), .ttl = 60s}, [&] {
+    auto h = Semaphore::attach(key).holders();
+    ASSERT_EQ(h.size(), 1u);
+    expiry = h[0].expires_at;
+  });
+  f();
+  ASSERT_TRUE(expiry.has_value());
+  EXPECT_GT(*expiry, std::chrono::steady_clock::now() + 30s);
+}
+
+}  // namespace
+}  // namespace shmsem
