@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <iterator>
 #include <list>
 #include <mutex>
 #include <string>
@@ -31,6 +32,9 @@ struct service_entry {
   std::string key;
   Semaphore sem;
   std::atomic<bool> live{true};  // false once evicted from the shared tier
+  // Set by per-thread hits, which do not touch the shared LRU list: eviction
+  // gives such an entry a second chance (CLOCK) instead of closing a hot key.
+  std::atomic<bool> referenced{false};
 };
 
 }  // namespace detail
@@ -97,8 +101,15 @@ struct Service::impl {
         sh.lru.push_front(fresh.get());
         sh.map.emplace(std::string(key), shard::slot{fresh, sh.lru.begin()});
         result = std::move(fresh);
+        std::size_t chances = sh.lru.size();
         while (sh.map.size() > per_shard) {
           entry* victim = sh.lru.back();
+          if (chances > 0 && victim != result.get() &&
+              victim->referenced.exchange(false, std::memory_order_relaxed)) {
+            --chances;
+            sh.lru.splice(sh.lru.begin(), sh.lru, std::prev(sh.lru.end()));
+            continue;
+          }
           sh.lru.pop_back();
           auto pos = sh.map.find(std::string_view(victim->key));
           victim->live.store(false, std::memory_order_release);
@@ -146,11 +157,16 @@ namespace {
 // destroyed Service can only miss (and its weak_ptr has expired anyway).
 constexpr std::size_t kThreadSlots = 8;
 
+// The key is kept inline so that refilling a slot never allocates either.
+constexpr std::size_t kMaxKey = 255;
+
 struct thread_slot {
   std::uint64_t service = 0;
-  std::string key;
+  std::array<char, kMaxKey> key;
+  std::size_t key_len = 0;
   std::weak_ptr<detail::service_entry> e;
   std::uint64_t stamp = 0;
+  std::string_view key_view() const { return {key.data(), key_len}; }
 };
 
 struct thread_cache {
@@ -163,9 +179,11 @@ thread_local thread_cache t_cache;
 std::shared_ptr<detail::service_entry> thread_lookup(std::uint64_t service, std::string_view key) {
   thread_cache& c = t_cache;
   for (auto& s : c.slots) {
-    if (s.service != service || std::string_view(s.key) != key) continue;
+    if (s.service != service || s.key_view() != key) continue;
     auto e = s.e.lock();
     if (e && e->live.load(std::memory_order_acquire)) {
+      if (!e->referenced.load(std::memory_order_relaxed))
+        e->referenced.store(true, std::memory_order_relaxed);
       s.stamp = ++c.clock;
       return e;
     }
@@ -178,6 +196,7 @@ std::shared_ptr<detail::service_entry> thread_lookup(std::uint64_t service, std:
 
 void thread_insert(std::uint64_t service, std::string_view key,
                    const std::shared_ptr<detail::service_entry>& e) {
+  if (key.size() > kMaxKey) return;  // invalid anyway: open() rejected it
   thread_cache& c = t_cache;
   thread_slot* victim = &c.slots[0];
   for (auto& s : c.slots) {
@@ -188,7 +207,8 @@ void thread_insert(std::uint64_t service, std::string_view key,
     if (s.stamp < victim->stamp) victim = &s;
   }
   victim->service = service;
-  victim->key.assign(key);
+  key.copy(victim->key.data(), key.size());
+  victim->key_len = key.size();
   victim->e = e;
   victim->stamp = ++c.clock;
 }
