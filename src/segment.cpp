@@ -178,6 +178,19 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   h->init_state.store(kReady, std::memory_order_release);
 }
 
+// A process that died inside the critical section may have counted a lease
+// as acquired without publishing it (grant), or cleared a lease without
+// counting how it ended (end_lease). Either way one granted lease is neither
+// live nor ended in the stats; count it as reaped, so that acquired ==
+// released + reaped + expired + force_released + live leases holds again.
+void settle_stats(segment_header* h, std::uint64_t live) {
+  auto& s = h->stats;
+  const std::uint64_t ended =
+      s.released.load() + s.reaped.load() + s.expired.load() + s.force_released.load();
+  const std::uint64_t acquired = s.acquired.load();
+  if (acquired > ended + live) add(s.reaped, acquired - ended - live);
+}
+
 // Nobody is attached: every holder is dead and the lock may be garbage.
 // Keep the structure (capacity, tables, stats) and clear the live state.
 void reset_live_state(void* base) {
@@ -204,6 +217,7 @@ void reset_live_state(void* base) {
   h->queue_tail.store(kNil);
   h->earliest_expiry_ns.store(INT64_MAX);
   h->idle_waiters.store(0);
+  settle_stats(h, 0);
   std::memset(static_cast<void*>(holders(base)), 0, sizeof(holder_record) * h->holder_slots.load());
   std::memset(static_cast<void*>(waiters(base)), 0, sizeof(waiter_slot) * h->waiter_slots.load());
 }
@@ -429,6 +443,7 @@ void attachment::repair() {
     holders[i].waiting.store(0);
   }
   std::int64_t used_now = 0;
+  std::uint64_t live = 0;
   std::int64_t earliest = INT64_MAX;
   std::uint32_t free_head = kNil;
   for (std::uint32_t i = hwm; i-- > 0;) {
@@ -439,6 +454,7 @@ void attachment::repair() {
       continue;
     }
     used_now += l.weight.load();
+    ++live;
     const std::uint32_t h = l.holder.load();
     if (h < nh) add(holders[h].leases, 1);
     const std::int64_t exp = l.expires_ns.load();
@@ -447,6 +463,7 @@ void attachment::repair() {
   hdr->free_lease = free_head;
   hdr->used.store(static_cast<std::int32_t>(used_now));
   hdr->earliest_expiry_ns.store(earliest);
+  settle_stats(hdr, live);
 
   std::vector<std::uint32_t> queued;
   for (std::uint32_t i = 0; i < nw; ++i) {
