@@ -1,0 +1,93 @@
+// critical_section_death_test.cpp: a process dies inside the segment's
+// critical section (right after taking the lock, halfway through a grant,
+// halfway through a release), 100 times in a row. After every death the
+// segment must be consistent: the next locker repairs it, the counters
+// match the lease table, the stats add up, and the survivors' permits hold.
+#include <shmsem/shmsem.hpp>
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "fault_util.hpp"
+#include "segment.hpp"
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using detail::testing::point;
+using namespace std::chrono_literals;
+
+point die_at = point::locked;
+bool armed = false;
+
+void die_here(point p, std::string_view) {
+  if (armed && p == die_at) ::raise(SIGKILL);
+}
+
+const char* name_of(point p) {
+  switch (p) {
+    case point::locked:
+      return "locked";
+    case point::mid_grant:
+      return "mid_grant";
+    case point::mid_release:
+      return "mid_release";
+    default:
+      return "initializing";
+  }
+}
+
+// Dies at `p` while acquiring (locked, mid_grant) or releasing (mid_release).
+int die_in_critical_section(const std::string& key, point p) {
+  Semaphore sem = Semaphore::attach(key);
+  Permit held;
+  if (p == point::mid_release) held = sem.acquire(1);
+  die_at = p;
+  armed = true;
+  detail::testing::set_hook(die_here);
+  if (p == point::mid_release)
+    held.release();
+  else
+    (void)sem.acquire(1);
+  return 1;  // survived: the hook did not fire
+}
+
+class DeathInCriticalSection : public ::testing::TestWithParam<point> {};
+
+TEST_P(DeathInCriticalSection, SegmentStaysConsistent100TimesInARow) {
+  const point p = GetParam();
+  test::unique_key key(name_of(p));
+  Semaphore sem = Semaphore::open(key, 4);
+  Permit mine = sem.acquire(1);  // a survivor's lease must outlive every repair
+  for (int round = 0; round < 100; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    test::child_process child([&] { return die_in_critical_section(key.str(), p); });
+    ASSERT_EQ(child.wait(), 128 + SIGKILL) << "the child did not die at " << name_of(p);
+    // The lock is owner-dead now: the next operation repairs, and the dead
+    // child's lease (if any) is reaped.
+    sem.reap();
+    ASSERT_EQ(sem.stats().recoveries, static_cast<std::uint64_t>(round + 1));
+    ASSERT_TRUE(mine.is_held());
+    ASSERT_EQ(sem.used(), 1);
+    ASSERT_EQ(sem.waiters(), 0);
+    ASSERT_EQ(sem.holders().size(), 1u);
+    ASSERT_TRUE(test::stats_add_up(sem));
+    ASSERT_EQ(test::file_problem(key.str()), detail::layout::problem::none);
+    // Every free seat can still be taken, and given back.
+    auto rest = sem.try_acquire(3);
+    ASSERT_TRUE(rest.has_value());
+    ASSERT_EQ(sem.used(), 4);
+    rest->release();
+  }
+  mine.release();
+  EXPECT_EQ(sem.used(), 0);
+  EXPECT_TRUE(test::stats_add_up(sem));
+}
+
+INSTANTIATE_TEST_SUITE_P(AtEachHook, DeathInCriticalSection,
+                         ::testing::Values(point::locked, point::mid_grant, point::mid_release),
+                         [](const auto& info) { return std::string(name_of(info.param)); });
+
+}  // namespace
+}  // namespace shmsem
