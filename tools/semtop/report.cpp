@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ostream>
+#include <string>
 
 namespace semtop {
 namespace {
@@ -198,43 +199,48 @@ void print_table(std::ostream& out, const model& m, const std::string& host, boo
 }
 
 void print_info(std::ostream& out, const row& r, clock::time_point now) {
-  out << "key:          " << r.key << "\n";
+  auto field = [&](const char* name, const std::string& value) {
+    out << name << ':';
+    for (std::size_t i = std::char_traits<char>::length(name); i < 16; ++i) out << ' ';
+    out << value << "\n";
+  };
+  auto num = [](std::uint64_t v) { return std::to_string(v); };
+  field("key", r.key);
   if (!r.ok()) {
-    out << "error:        " << r.error << "\n";
+    field("error", r.error);
     return;
   }
   const auto& s = *r.snap;
   const auto& st = s.stats;
-  out << "capacity:     " << s.capacity << "\n"
-      << "used:         " << s.used << "\n"
-      << "waiters:      " << s.waiters << "\n"
-      << "utilization:  " << percent(s.utilization) << "\n"
-      << "ewma:         " << percent(s.utilization_smoothed) << " (half-life "
-      << shmsem::kEwmaHalfLife.count() << "s)\n"
-      << "acquired:     " << st.acquired << "\n"
-      << "released:     " << st.released << "\n"
-      << "timeouts:     " << st.timeouts << "\n"
-      << "cancelled:    " << st.cancelled << "\n"
-      << "shutdowns:    " << st.shutdowns << "\n"
-      << "rejected:     " << st.rejected << "\n"
-      << "try failures: " << st.try_failures << "\n"
-      << "reaped:       " << st.reaped << " (dead holders)\n"
-      << "expired:      " << st.expired << " (TTL ran out)\n"
-      << "force-released: " << st.force_released << "\n"
-      << "reclaimed seats: " << st.reclaimed_seats << "\n"
-      << "lock recoveries: " << st.recoveries << "\n";
+  field("capacity", std::to_string(s.capacity));
+  field("used", std::to_string(s.used));
+  field("waiters", std::to_string(s.waiters));
+  field("utilization", percent(s.utilization));
+  field("ewma", percent(s.utilization_smoothed) + " (half-life " +
+                    std::to_string(shmsem::kEwmaHalfLife.count()) + "s)");
+  field("acquired", num(st.acquired));
+  field("released", num(st.released));
+  field("timeouts", num(st.timeouts));
+  field("cancelled", num(st.cancelled));
+  field("shutdowns", num(st.shutdowns));
+  field("rejected", num(st.rejected));
+  field("try failures", num(st.try_failures));
+  field("reaped", num(st.reaped) + " (leases of dead holders)");
+  field("expired", num(st.expired) + " (leases whose TTL ran out)");
+  field("force released", num(st.force_released));
+  field("reclaimed seats", num(st.reclaimed_seats));
+  field("lock recoveries", num(st.recoveries));
   auto mean = [](const shmsem::Histogram& h) {
     const auto n = h.count();
-    return n ? h.sum_seconds / static_cast<double>(n) : 0.0;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.6fs over %llu",
+                  n ? h.sum_seconds / static_cast<double>(n) : 0.0,
+                  static_cast<unsigned long long>(n));
+    return std::string(buf);
   };
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "mean wait:    %.6fs over %llu grants\n", mean(st.wait),
-                static_cast<unsigned long long>(st.wait.count()));
-  out << buf;
-  std::snprintf(buf, sizeof buf, "mean hold:    %.6fs over %llu releases\n", mean(st.hold),
-                static_cast<unsigned long long>(st.hold.count()));
-  out << buf;
-  out << "holders:      " << s.holders.size() << "\n";
+  field("mean wait", mean(st.wait) + " grants");
+  field("mean hold", mean(st.hold) + " releases");
+  field("holders", std::to_string(s.holders.size()));
   if (s.holders.empty()) return;
   const auto t = holder_titles();
   char line[256];

@@ -350,8 +350,10 @@ key_result view::handle_key(int ch) {
       break;
     case '/':
       prompt_ = prompt::filter;
+      // A new filter replaces the old one; Esc brings the old one back.
       filter_before_ = model_.filter();
-      input_ = model_.filter();
+      input_.clear();
+      model_.set_filter(input_);
       break;
     case 'r':
       if (readonly_)

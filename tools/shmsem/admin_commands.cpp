@@ -109,9 +109,10 @@ bool remove_if_unused(const std::string& key) {
   }
 }
 
-int gc(bool dry_run) {
+int gc(bool dry_run, const std::string& prefix) {
   int removed = 0, kept = 0, rc = kOk;
   for (const auto& key : shmsem::Semaphore::list()) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
     try {
       if (dry_run) {
         // Only a hint: the real run also refuses segments that some process
@@ -199,10 +200,12 @@ void add_admin_commands(CLI::App& app, int& result) {
   }
   {
     auto dry = std::make_shared<bool>(false);
+    auto prefix = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand(
         "gc", "Remove every semaphore that no live process has attached, holds or waits on");
     cmd->add_flag("--dry-run", *dry, "Only print what looks unused (no holders, no waiters)");
-    cmd->callback([dry, &result] { result = gc(*dry); });
+    cmd->add_option("--prefix", *prefix, "Only keys that start with this (one tenant's keys)");
+    cmd->callback([dry, prefix, &result] { result = gc(*dry, *prefix); });
   }
 }
 
