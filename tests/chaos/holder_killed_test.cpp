@@ -1,0 +1,124 @@
+// holder_killed_test.cpp: a holder is SIGKILLed. Its seats are reclaimed and
+// the waiters (in this process and in others) proceed, within a bounded time.
+#include <shmsem/shmsem.hpp>
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "fault_util.hpp"
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+
+TEST(HolderKilled, WaiterInAnotherProcessGetsTheSeatOfAKilledHolder) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 2);
+  test::pipe_channel held, waiting, go;
+  test::child_process holder([&] {
+    Semaphore s = Semaphore::attach(key);
+    Permit p = s.acquire(2);
+    held.send();
+    go.receive(std::chrono::minutes(5));
+    return 0;
+  });
+  ASSERT_EQ(held.receive(), '.');
+  test::child_process waiter([&] {
+    Semaphore s = Semaphore::attach(key);
+    waiting.send();
+    Permit p = s.acquire(2, {.wait_timeout = 20s});
+    return p.is_held() ? 0 : 1;
+  });
+  ASSERT_EQ(waiting.receive(), '.');
+  ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
+  const auto killed = clk::now();
+  holder.kill(SIGKILL);
+  EXPECT_EQ(waiter.wait(), 0);
+  // The head waiter looks for dead holders every 10 ms; allow a wide margin.
+  EXPECT_LT(clk::now() - killed, 2s);
+  EXPECT_EQ(sem.used(), 0);
+  EXPECT_EQ(sem.stats().reaped, 1u);
+  EXPECT_EQ(sem.stats().reclaimed_seats, 2u);
+  EXPECT_TRUE(test::stats_add_up(sem));
+}
+
+TEST(HolderKilled, BlockedThreadOfThisProcessProceeds) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 1);
+  test::pipe_channel held;
+  test::child_process holder([&] {
+    Semaphore s = Semaphore::attach(key);
+    Permit p = s.acquire();
+    held.send();
+    ::pause();
+    return 0;
+  });
+  ASSERT_EQ(held.receive(), '.');
+  bool got = false;
+  std::thread waiter([&] { got = sem.acquire(1, {.wait_timeout = 20s}).is_held(); });
+  ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
+  // Alive, it keeps its seat: nothing is reaped.
+  EXPECT_EQ(sem.reap(), 0);
+  holder.kill(SIGKILL);
+  waiter.join();
+  EXPECT_TRUE(got);
+  EXPECT_EQ(sem.used(), 0);
+}
+
+TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 1);
+  test::pipe_channel held;
+  test::child_process holder([&] {
+    Permit p = Semaphore::attach(key).acquire();
+    held.send();
+    ::pause();
+    return 0;
+  });
+  ASSERT_EQ(held.receive(), '.');
+  ASSERT_EQ(sem.holders().size(), 1u);
+  EXPECT_EQ(sem.holders()[0].state, HolderState::alive);
+  EXPECT_EQ(sem.holders()[0].pid, holder.pid());
+  holder.kill(SIGKILL);
+  ASSERT_EQ(sem.holders().size(), 1u);
+  EXPECT_EQ(sem.holders()[0].state, HolderState::dead);
+  auto p = sem.try_acquire();  // reclaims before it reports full
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(sem.stats().reaped, 1u);
+}
+
+TEST(HolderKilled, ZombieHolderNotYetWaitedForIsDead) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 1);
+  test::pipe_channel held;
+  test::child_process holder([&] {
+    Permit p = Semaphore::attach(key).acquire();
+    held.send();
+    ::pause();
+    return 0;
+  });
+  ASSERT_EQ(held.receive(), '.');
+  ::kill(holder.pid(), SIGKILL);  // not waited for: it stays a zombie
+  ASSERT_TRUE(test::eventually([&] {
+    char state = 0;
+    if (FILE* f = std::fopen(("/proc/" + std::to_string(holder.pid()) + "/stat").c_str(), "r")) {
+      char buf[512] = {};
+      std::fread(buf, 1, sizeof buf - 1, f);
+      std::fclose(f);
+      if (const char* rp = std::strrchr(buf, ')')) state = rp[2];
+    }
+    return state == 'Z';
+  })) << "the child never became a zombie";
+  EXPECT_EQ(sem.reap(), 1);
+  EXPECT_EQ(sem.used(), 0);
+  EXPECT_EQ(holder.wait(), 128 + SIGKILL);
+}
+
+}  // namespace
+}  // namespace shmsem
