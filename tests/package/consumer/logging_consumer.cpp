@@ -5,6 +5,7 @@
 #include <shmsem/logging.hpp>
 #include <shmsem/version.hpp>
 
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -16,7 +17,8 @@ int main() {
     return 1;
   }
   if (logger->name() != "shmsem") {
-    std::fprintf(stderr, "logging_consumer: FAILED: logger is named '%s', not 'shmsem'\n", logger->name().c_str());
+    std::fprintf(stderr, "logging_consumer: FAILED: logger is named '%s', not 'shmsem'\n",
+                 logger->name().c_str());
     return 1;
   }
   auto mine = spdlog::stderr_logger_mt("consumer");
@@ -24,10 +26,11 @@ int main() {
   bool replaced = shmsem::logger() == mine;
   shmsem::set_logger(nullptr);
   if (!replaced || !shmsem::logger() || shmsem::logger() == mine) {
-    std::fprintf(stderr, "logging_consumer: FAILED: set_logger did not replace and restore the logger\n");
+    std::fprintf(stderr,
+                 "logging_consumer: FAILED: set_logger did not replace and restore the logger\n");
     return 1;
   }
-  std::printf("logging_consumer: ok (shmsem %s, spdlog %d.%d.%d)\n", shmsem::runtime_version(), SPDLOG_VER_MAJOR,
-              SPDLOG_VER_MINOR, SPDLOG_VER_PATCH);
+  std::printf("logging_consumer: ok (shmsem %s, spdlog %d.%d.%d)\n", shmsem::runtime_version(),
+              SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR, SPDLOG_VER_PATCH);
   return 0;
 }

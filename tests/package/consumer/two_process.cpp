@@ -7,6 +7,7 @@
 //   parent: release ............................. child's blocked acquire wins
 //   parent: sees the child as the holder, try_acquire fails, tells it to go
 //   child:  release, exit 0;  parent: used == 0, remove(key)
+//   parent: a bounded() call with a key template (fmt, in the public headers)
 //
 // The child is this program again (fork + exec of /proc/self/exe), so it
 // maps the segment afresh like any unrelated process would. The processes
@@ -14,7 +15,7 @@
 //
 // usage: two_process KEY
 //        two_process --remove KEY    (cleanup after a failed run)
-//        two_process --path KEY      (prints the segment's path)
+//        two_process --path KEY      (prints the segments' paths)
 //        two_process --hold KEY      (holds one of 2 seats, prints "held",
 //                                     releases and removes KEY at EOF on stdin)
 #include <shmsem/shmsem.hpp>
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 
 namespace {
@@ -56,6 +58,11 @@ char receive(int fd, const char* who) {
   return c;
 }
 
+// The key bounded("<key>.bounded.{0}", ...)(21) uses.
+std::string bounded_key(const std::string& key) {
+  return key + ".bounded.21";
+}
+
 shmsem::AcquireOptions within(std::chrono::milliseconds budget) {
   shmsem::AcquireOptions o;
   o.wait_timeout = budget;
@@ -66,7 +73,8 @@ int child(const std::string& key, int in, int out) {
   const char* who = "child";
   auto sem = shmsem::Semaphore::open(key, 1);
   expect(sem.capacity() == 1, who, "capacity is " + std::to_string(sem.capacity()));
-  expect(sem.used() == 1, who, "the parent's seat is not visible: used = " + std::to_string(sem.used()));
+  expect(sem.used() == 1, who,
+         "the parent's seat is not visible: used = " + std::to_string(sem.used()));
   expect(!sem.try_acquire().has_value(), who, "try_acquire won a seat the parent holds");
   send(out, 'F', who);  // full, as it should be
 
@@ -118,10 +126,19 @@ int parent(const std::string& key, const char* self) {
   int status = 0;
   expect(::waitpid(pid, &status, 0) == pid, who, "waitpid failed");
   expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, who, "the child failed");
-  expect(sem.used() == 0, who, "used is " + std::to_string(sem.used()) + " after the child released");
+  expect(sem.used() == 0, who,
+         "used is " + std::to_string(sem.used()) + " after the child released");
   expect(shmsem::Semaphore::remove(key), who, "remove found no semaphore");
-  std::printf("two_process: ok (shmsem %s, key %s, child %d)\n", shmsem::runtime_version(), key.c_str(),
-              static_cast<int>(pid));
+
+  // bounded() formats its key template with fmt in inline code: this is
+  // what needs fmt in the consumer's compile and link flags.
+  auto twice =
+      shmsem::bounded({.key = key + ".bounded.{0}", .permits = 1}, [](int x) { return 2 * x; });
+  std::optional<int> r = twice(21);
+  expect(r && *r == 42, who, "bounded() did not run the body");
+  shmsem::Semaphore::remove(bounded_key(key));
+  std::printf("two_process: ok (shmsem %s, key %s, child %d)\n", shmsem::runtime_version(),
+              key.c_str(), static_cast<int>(pid));
   return 0;
 }
 
@@ -146,10 +163,12 @@ int main(int argc, char** argv) {
       return child(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
     if (argc == 3 && std::strcmp(argv[1], "--remove") == 0) {
       shmsem::Semaphore::remove(argv[2]);
+      shmsem::Semaphore::remove(bounded_key(argv[2]));
       return 0;
     }
     if (argc == 3 && std::strcmp(argv[1], "--path") == 0) {
-      std::printf("%s\n", shmsem::Semaphore::segment_path(argv[2]).c_str());
+      std::printf("%s\n%s\n", shmsem::Semaphore::segment_path(argv[2]).c_str(),
+                  shmsem::Semaphore::segment_path(bounded_key(argv[2])).c_str());
       return 0;
     }
     if (argc == 3 && std::strcmp(argv[1], "--hold") == 0) return hold(argv[2]);
