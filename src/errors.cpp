@@ -74,7 +74,9 @@ const std::error_category& category() noexcept {
   return c;
 }
 
-std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), category()}; }
+std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), category()};
+}
 
 const char* to_string(Reason r) noexcept {
   switch (r) {
@@ -130,15 +132,17 @@ std::uint64_t Histogram::count() const {
   return n;
 }
 
-const char* runtime_version() noexcept { return kVersionString; }
+const char* runtime_version() noexcept {
+  return kVersionString;
+}
 
 Error::Error(std::error_code code, const std::string& what)
     : std::runtime_error(what), code_(code) {}
 
 AcquisitionError::AcquisitionError(Reason reason, const std::string& what, std::exception_ptr cause)
-    : Error(make_error_code(reason == Reason::timeout     ? errc::timeout
-                            : reason == Reason::cancelled ? errc::cancelled
-                            : reason == Reason::shutdown  ? errc::shutdown
+    : Error(make_error_code(reason == Reason::timeout            ? errc::timeout
+                            : reason == Reason::cancelled        ? errc::cancelled
+                            : reason == Reason::shutdown         ? errc::shutdown
                             : reason == Reason::exceeds_capacity ? errc::exceeds_capacity
                                                                  : errc::bad_segment),
             what),

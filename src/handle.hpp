@@ -18,8 +18,8 @@ struct handle {
   Options opts;
   std::uint64_t id = 0;
   std::atomic<bool> shut{false};
-  std::mutex waits_mu;                // guards `waits`
-  std::vector<std::uint32_t> waits;   // waiter slots of this handle's blocked acquires
+  std::mutex waits_mu;               // guards `waits`
+  std::vector<std::uint32_t> waits;  // waiter slots of this handle's blocked acquires
 
   /// Makes this handle's blocked acquires look at their state again.
   void nudge_waiters();

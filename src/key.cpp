@@ -59,8 +59,7 @@ void validate_key(std::string_view key) {
 
 std::string key_to_name(std::string_view key) {
   std::string esc = escape(key);
-  if (kNamePrefix.size() + esc.size() <= kMaxName)
-    return std::string(kNamePrefix) + esc;
+  if (kNamePrefix.size() + esc.size() <= kMaxName) return std::string(kNamePrefix) + esc;
   // Two independent 64-bit FNV-1a hashes make 128 bits; the stored key
   // catches the (astronomically rare) collision.
   static constexpr char kHex[] = "0123456789abcdef";

@@ -58,8 +58,7 @@ problem validate(const void* base, std::uint64_t file_size, bool* key_mismatch, 
       h->queue_tail.load(std::memory_order_relaxed) > waiters)
     return problem::bad_header;
   if (file_size < file_size_for(leases)) return problem::truncated;
-  if (key != nullptr &&
-      (h->key_size != key_size || std::memcmp(h->key, key, key_size) != 0)) {
+  if (key != nullptr && (h->key_size != key_size || std::memcmp(h->key, key, key_size) != 0)) {
     if (key_mismatch) *key_mismatch = true;
     return problem::bad_header;
   }

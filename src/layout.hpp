@@ -89,9 +89,9 @@ enum lost_reason : std::uint32_t {
 
 /// Byte offsets of the OFD locks (advisory: they touch no data).
 inline constexpr std::uint64_t kLockBase = 1ULL << 40;
-inline constexpr std::uint64_t kInitLockByte = kLockBase;      // serializes attach/init
+inline constexpr std::uint64_t kInitLockByte = kLockBase;        // serializes attach/init
 inline constexpr std::uint64_t kAttachLockByte = kLockBase + 1;  // shared by every attached process
-inline constexpr std::uint64_t kTokenBase = kLockBase + 64;    // + holder index: liveness token
+inline constexpr std::uint64_t kTokenBase = kLockBase + 64;      // + holder index: liveness token
 
 /// Histogram as stored: bucket counts (not cumulative) and the sum in ns.
 struct shared_histogram {
@@ -120,24 +120,25 @@ struct alignas(kCacheLine) segment_header {
   // --- identity: written once at initialization -------------------------
   std::uint64_t magic;
   std::uint32_t layout_version;
-  std::uint32_t format;                  // format_word()
+  std::uint32_t format;                   // format_word()
   std::atomic<std::uint32_t> init_state;  // init_state
   std::uint32_t key_size;
   std::int64_t created_realtime_ns;
-  char key[kMaxKeySize + 1];             // NUL-terminated copy of the key
+  char key[kMaxKeySize + 1];  // NUL-terminated copy of the key
 
   // --- the lock ----------------------------------------------------------
   alignas(kCacheLine) pthread_mutex_t mutex;
 
   // --- counters read without the lock ---------------------------------------
   alignas(kCacheLine) std::atomic<std::int32_t> capacity;
-  std::atomic<std::int32_t> used;          // seats held, sum of live lease weights
-  std::atomic<std::int32_t> waiters;       // waiter slots in the queue
+  std::atomic<std::int32_t> used;           // seats held, sum of live lease weights
+  std::atomic<std::int32_t> waiters;        // waiter slots in the queue
   std::atomic<std::uint32_t> holder_slots;  // allocated holder records
   std::atomic<std::uint32_t> waiter_slots;  // allocated waiter slots
   std::atomic<std::uint32_t> lease_slots;   // allocated lease slots (>= every capacity ever set)
   std::atomic<std::uint32_t> lease_hwm;     // slots [0, hwm) have been handed out at least once
-  std::atomic<std::int64_t> earliest_expiry_ns;  // lower bound of every lease expiry; INT64_MAX: none
+  std::atomic<std::int64_t>
+      earliest_expiry_ns;  // lower bound of every lease expiry; INT64_MAX: none
   // Time-based EWMA of used/capacity: value `ewma` at time `ewma_ns`, with
   // the utilization level `ewma_level` holding since then.
   std::atomic<double> ewma;
@@ -166,7 +167,7 @@ struct alignas(kCacheLine) holder_record {
   std::atomic<std::int32_t> pid;     // in the namespace pid_ns
   std::uint32_t uid;
   std::atomic<std::uint64_t> pid_ns;
-  std::uint64_t start_time;          // clock ticks since boot (informational)
+  std::uint64_t start_time;            // clock ticks since boot (informational)
   std::atomic<std::uint32_t> leases;   // leases held
   std::atomic<std::uint32_t> waiting;  // waiter slots in use
   char comm[16];
@@ -180,27 +181,27 @@ struct alignas(kCacheLine) waiter_slot {
   std::atomic<std::uint32_t> state;  // waiter_state
   std::uint32_t holder;              // holder record index
   std::int32_t weight;
-  std::uint32_t prev;                // queue links (1-based)
+  std::uint32_t prev;  // queue links (1-based)
   std::uint32_t next;
   std::atomic<std::uint32_t> lease;  // with kGranted: the lease slot
   std::uint32_t reserved0;
   std::atomic<std::uint64_t> permit_id;  // with kGranted
-  std::int64_t ttl_ms;               // TTL to give the lease; 0: none
+  std::int64_t ttl_ms;                   // TTL to give the lease; 0: none
   std::int64_t enqueued_ns;
-  std::uint64_t ticket;              // FIFO order, rebuilt from this after a crash
+  std::uint64_t ticket;  // FIFO order, rebuilt from this after a crash
 };
 
 /// One granted permit.
 struct alignas(kCacheLine) lease_slot {
-  std::atomic<std::uint64_t> id;          // permit id; 0: free
-  std::atomic<std::int64_t> expires_ns;   // kNoExpiry or CLOCK_MONOTONIC ns
+  std::atomic<std::uint64_t> id;         // permit id; 0: free
+  std::atomic<std::int64_t> expires_ns;  // kNoExpiry or CLOCK_MONOTONIC ns
   std::atomic<std::int64_t> acquired_ns;
   std::atomic<std::int32_t> weight;
-  std::atomic<std::uint32_t> holder;      // holder record index
-  std::uint32_t next_free;                // free list link (1-based), valid while id == 0
+  std::atomic<std::uint32_t> holder;       // holder record index
+  std::uint32_t next_free;                 // free list link (1-based), valid while id == 0
   std::atomic<std::uint32_t> lost_reason;  // why the lease with lost_id ended
-  std::atomic<std::uint64_t> lost_id;     // the last lease of this slot that was taken away
-  std::atomic<std::int64_t> lost_ns;      // when
+  std::atomic<std::uint64_t> lost_id;      // the last lease of this slot that was taken away
+  std::atomic<std::int64_t> lost_ns;       // when
   std::uint64_t reserved0;
 };
 
@@ -253,7 +254,9 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && sizeof(std::atomic<double>) == 8);
 
 /// Typed views of the regions of a mapping.
-inline segment_header* header(void* base) { return static_cast<segment_header*>(base); }
+inline segment_header* header(void* base) {
+  return static_cast<segment_header*>(base);
+}
 inline holder_record* holders(void* base) {
   return reinterpret_cast<holder_record*>(static_cast<char*>(base) + kHoldersOffset);
 }
@@ -267,14 +270,14 @@ inline lease_slot* leases(void* base) {
 /// What validate() found wrong with a file.
 enum class problem {
   none,
-  uninitialized,       // all-zero magic: a creator died before writing the header
-  too_small,           // shorter than the header
-  bad_magic,           // not a shmsem segment
-  bad_version,         // another layout version
-  bad_format,          // same version, other sizes (another build)
-  initializing,        // init_state says a creator is (or died) midway
-  bad_header,          // a field out of range
-  truncated,           // shorter than its tables need
+  uninitialized,  // all-zero magic: a creator died before writing the header
+  too_small,      // shorter than the header
+  bad_magic,      // not a shmsem segment
+  bad_version,    // another layout version
+  bad_format,     // same version, other sizes (another build)
+  initializing,   // init_state says a creator is (or died) midway
+  bad_header,     // a field out of range
+  truncated,      // shorter than its tables need
 };
 
 const char* to_string(problem p);

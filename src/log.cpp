@@ -1,7 +1,7 @@
 #include "log.hpp"
 
-#include <shmsem/logging.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <shmsem/logging.hpp>
 
 #include <mutex>
 

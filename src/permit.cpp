@@ -47,7 +47,9 @@ Permit& Permit::operator=(Permit&& o) noexcept {
   return *this;
 }
 
-Permit::~Permit() { release_quietly(); }
+Permit::~Permit() {
+  release_quietly();
+}
 
 std::string_view Permit::key() const noexcept {
   return att_ ? std::string_view(att_->key) : std::string_view();
@@ -70,7 +72,9 @@ bool Permit::is_held() const noexcept {
   return att_ && att_->holds(slot_, id_, detail::lease_clock(), nullptr);
 }
 
-bool Permit::auto_renewing() const noexcept { return renewal_ && renewal_->active.load(); }
+bool Permit::auto_renewing() const noexcept {
+  return renewal_ && renewal_->active.load();
+}
 
 void Permit::stop_auto_renew() noexcept {
   if (renewal_) renewal_->stop();
@@ -129,8 +133,7 @@ void Permit::release() {
   int used_after = 0;
   bool detach = false;
   const bool held = end_permit(*a, slot_, id_, why, used_after, detach);
-  const std::int64_t held_ns =
-      std::chrono::nanoseconds(clock::now() - acquired_at_).count();
+  const std::int64_t held_ns = std::chrono::nanoseconds(clock::now() - acquired_at_).count();
   std::string message;
   if (!held)
     message = "shmsem: permit " + std::to_string(id_) + " of '" + a->key +

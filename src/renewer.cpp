@@ -14,9 +14,8 @@
 
 namespace shmsem::detail {
 
-extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t id,
-                           std::int64_t ttl_ms, std::int64_t deadline_ns, std::int64_t* expires,
-                           std::string* why) {
+extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t id, std::int64_t ttl_ms,
+                           std::int64_t deadline_ns, std::int64_t* expires, std::string* why) {
   if (!a.lock(deadline_ns)) return extend_result::busy;
   const std::int64_t now = lease_clock();
   loss l;
@@ -139,7 +138,9 @@ renewer& get() {
 
 }  // namespace
 
-void renew_in_background(const std::shared_ptr<renewal>& r) { get().add(r); }
+void renew_in_background(const std::shared_ptr<renewal>& r) {
+  get().add(r);
+}
 
 void stop_renewals_of(std::uint64_t handle_id) {
   get().stop_if([handle_id](const renewal& e) { return e.handle_id == handle_id; });

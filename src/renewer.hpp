@@ -13,16 +13,16 @@ struct attachment;
 
 /// The renewal state of one permit, shared by the Permit and the thread.
 struct renewal {
-  std::mutex mu;                 // held while the thread extends; release() takes it to stop
-  attachment* att = nullptr;     // valid while !stopped (the Permit keeps it mapped)
+  std::mutex mu;              // held while the thread extends; release() takes it to stop
+  attachment* att = nullptr;  // valid while !stopped (the Permit keeps it mapped)
   std::uint32_t slot = 0;
   std::uint64_t id = 0;
   std::int64_t ttl_ms = 0;
   std::uint64_t handle_id = 0;
-  bool stopped = false;          // under mu
+  bool stopped = false;  // under mu
   std::atomic<bool> lost{false};
   std::atomic<bool> active{true};  // !stopped && !lost, readable without mu
-  std::int64_t due_ns = 0;       // under the renewer's own mutex
+  std::int64_t due_ns = 0;         // under the renewer's own mutex
 
   /// Stops renewal; waits for an extension in progress. Never blocks on
   /// anything but that extension.
@@ -40,8 +40,7 @@ enum class extend_result { extended, lost, busy };
 
 /// Sets lease `slot`/`id` to expire at now + ttl_ms, if this process still
 /// holds it. `deadline_ns` bounds the wait for the segment lock (busy).
-extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t id,
-                           std::int64_t ttl_ms, std::int64_t deadline_ns, std::int64_t* expires,
-                           std::string* why);
+extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t id, std::int64_t ttl_ms,
+                           std::int64_t deadline_ns, std::int64_t* expires, std::string* why);
 
 }  // namespace shmsem::detail

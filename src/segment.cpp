@@ -26,12 +26,14 @@ namespace testing {
 namespace {
 std::atomic<hook_fn> current_hook{nullptr};
 }
-void set_hook(hook_fn fn) { current_hook.store(fn); }
+void set_hook(hook_fn fn) {
+  current_hook.store(fn);
+}
 }  // namespace testing
-#define SHMSEM_HOOK(p)                                                             \
-  do {                                                                             \
-    if (auto hook_ = testing::current_hook.load(std::memory_order_relaxed)) hook_( \
-        testing::point::p, key);                                                   \
+#define SHMSEM_HOOK(p)                                                      \
+  do {                                                                      \
+    if (auto hook_ = testing::current_hook.load(std::memory_order_relaxed)) \
+      hook_(testing::point::p, key);                                        \
   } while (0)
 #else
 #define SHMSEM_HOOK(p) \
@@ -52,8 +54,12 @@ std::mutex registry_mutex;
 std::vector<attachment*> registry;
 std::once_flag atfork_once;
 
-void atfork_prepare() { registry_mutex.lock(); }
-void atfork_parent() { registry_mutex.unlock(); }
+void atfork_prepare() {
+  registry_mutex.lock();
+}
+void atfork_parent() {
+  registry_mutex.unlock();
+}
 void atfork_child() {
   registry_mutex.unlock();
   // The child shares our open file descriptions, and with them our liveness
@@ -84,7 +90,9 @@ errc errc_for(int err) {
   }
 }
 
-std::int64_t ms_to_ns(std::int64_t ms) { return ms * 1'000'000; }
+std::int64_t ms_to_ns(std::int64_t ms) {
+  return ms * 1'000'000;
+}
 
 }  // namespace
 
@@ -109,8 +117,7 @@ void record_histogram(shared_histogram& h, std::int64_t ns) {
 
 std::string loss::describe() const {
   if (other_process) return "it belongs to the parent process (permits are not inherited by fork)";
-  const double ago =
-      at_ns ? static_cast<double>(sys::coarse_now_ns() - at_ns) / 1e6 : 0.0;
+  const double ago = at_ns ? static_cast<double>(sys::coarse_now_ns() - at_ns) / 1e6 : 0.0;
   char buf[96];
   std::snprintf(buf, sizeof buf, " %.0f ms ago", ago < 0 ? 0 : ago);
   switch (reason) {
@@ -123,7 +130,8 @@ std::string loss::describe() const {
     case kLostReleased:
       return "it was already released";
     default:
-      return "it was taken away (expired, reaped or force-released; the reason is no longer recorded)";
+      return "it was taken away (expired, reaped or force-released; the reason is no longer "
+             "recorded)";
   }
 }
 
@@ -166,7 +174,8 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   timespec rt;
   ::clock_gettime(CLOCK_REALTIME, &rt);
   h->created_realtime_ns = sys::to_ns(rt);
-  if (int e = sys::robust_mutex_init(&h->mutex)) throw_segment_errno(path, "cannot initialize the lock of", e);
+  if (int e = sys::robust_mutex_init(&h->mutex))
+    throw_segment_errno(path, "cannot initialize the lock of", e);
   h->capacity.store(permits);
   h->holder_slots.store(kInitialHolders);
   h->waiter_slots.store(kInitialWaiters);
@@ -242,7 +251,8 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
   validate_key(key);
   const std::string name = key_to_name(key);
   const std::string path = std::string(sys::kShmDir) + "/" + name;
-  std::call_once(atfork_once, [] { ::pthread_atfork(atfork_prepare, atfork_parent, atfork_child); });
+  std::call_once(atfork_once,
+                 [] { ::pthread_atfork(atfork_prepare, atfork_parent, atfork_child); });
   const std::int64_t deadline =
       sys::precise_now_ns() + std::chrono::nanoseconds(open_timeout).count();
 
@@ -260,9 +270,10 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     a->unlock();
     if (usable) {
       if (permits > 0 && permits != a->hdr->capacity.load())
-        log().warn("semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
-                   "capacity stands (use set_capacity to change it)",
-                   a->key, a->hdr->capacity.load(), permits);
+        log().warn(
+            "semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
+            "capacity stands (use set_capacity to change it)",
+            a->key, a->hdr->capacity.load(), permits);
       return a;
     }
   }
@@ -301,11 +312,11 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     problem p = size == 0 ? problem::uninitialized
                           : validate(base, size, &key_mismatch, key.data(), key.size());
     if (key_mismatch)
-      throw SegmentError(make_error_code(errc::bad_segment),
-                         "shmsem: " + path + " holds another key ('" +
-                             std::string(header(base)->key, std::min<std::size_t>(
-                                                                header(base)->key_size, 255)) +
-                             "'), not '" + std::string(key) + "'");
+      throw SegmentError(
+          make_error_code(errc::bad_segment),
+          "shmsem: " + path + " holds another key ('" +
+              std::string(header(base)->key, std::min<std::size_t>(header(base)->key_size, 255)) +
+              "'), not '" + std::string(key) + "'");
     if (alone) {
       if (p == problem::uninitialized || p == problem::initializing) {
         if (permits <= 0)
@@ -314,14 +325,16 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
                                  " was never fully initialized; open it with a capacity to "
                                  "initialize it");
         if (p == problem::initializing)
-          log().warn("semaphore '{}': its creator died during initialization; initializing {} again",
-                     key, path);
+          log().warn(
+              "semaphore '{}': its creator died during initialization; initializing {} again", key,
+              path);
         initialize(*file, base, key, permits, path);
       } else if (p == problem::none) {
         reset_live_state(base);
       }
     }
-    if (p != problem::none && !(alone && (p == problem::uninitialized || p == problem::initializing)))
+    if (p != problem::none &&
+        !(alone && (p == problem::uninitialized || p == problem::initializing)))
       throw SegmentError(make_error_code(errc_for(p)), "shmsem: " + path + " is " + to_string(p));
     file->try_lock(kAttachLockByte, false);  // from exclusive to shared, atomically
     file->unlock(kInitLockByte);
@@ -340,9 +353,10 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     a->handles = 1;
     registry.push_back(a);
     if (permits > 0 && permits != a->hdr->capacity.load())
-      log().warn("semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
-                 "capacity stands (use set_capacity to change it)",
-                 a->key, a->hdr->capacity.load(), permits);
+      log().warn(
+          "semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
+          "capacity stands (use set_capacity to change it)",
+          a->key, a->hdr->capacity.load(), permits);
     return a;
   }
 }
@@ -419,9 +433,10 @@ bool attachment::lock(std::int64_t deadline_ns) {
       repair();
       sys::robust_mutex_make_consistent(&hdr->mutex);
       add(hdr->stats.recoveries, 1);
-      log().warn("semaphore '{}': a process died holding the segment lock; the segment was "
-                 "repaired from its lease table",
-                 key);
+      log().warn(
+          "semaphore '{}': a process died holding the segment lock; the segment was "
+          "repaired from its lease table",
+          key);
       break;
     case sys::lock_result::unrecoverable:
       fail(errc::bad_segment, "the segment lock is unrecoverable");
@@ -430,7 +445,9 @@ bool attachment::lock(std::int64_t deadline_ns) {
   return true;
 }
 
-void attachment::unlock() noexcept { sys::robust_mutex_unlock(&hdr->mutex); }
+void attachment::unlock() noexcept {
+  sys::robust_mutex_unlock(&hdr->mutex);
+}
 
 void attachment::repair() {
   // Slots are the truth; every counter and link is derived from them.
@@ -472,8 +489,9 @@ void attachment::repair() {
     if (waiters[i].holder < nh) add(holders[waiters[i].holder].waiting, 1);
     if (st == kWaiting) queued.push_back(i);
   }
-  std::sort(queued.begin(), queued.end(),
-            [this](std::uint32_t a, std::uint32_t b) { return waiters[a].ticket < waiters[b].ticket; });
+  std::sort(queued.begin(), queued.end(), [this](std::uint32_t a, std::uint32_t b) {
+    return waiters[a].ticket < waiters[b].ticket;
+  });
   std::uint32_t prev = kNil;
   for (std::uint32_t w : queued) {
     waiters[w].prev = prev;
@@ -657,7 +675,9 @@ void attachment::end_lease(std::uint32_t slot, lost_reason reason, std::int64_t 
   if (hdr->queue_head.load(std::memory_order_relaxed) != kNil) grant_queued(now, wakes);
 }
 
-void attachment::hold_sample(std::int64_t ns) { record_histogram(hdr->stats.hold, ns); }
+void attachment::hold_sample(std::int64_t ns) {
+  record_histogram(hdr->stats.hold, ns);
+}
 
 bool attachment::holds(std::uint32_t slot, std::uint64_t id, std::int64_t now, loss* why) const {
   const lease_slot& l = leases[slot];

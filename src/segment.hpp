@@ -145,7 +145,9 @@ struct attachment {
 };
 
 /// The clock value stored in leases (CLOCK_MONOTONIC_COARSE).
-inline std::int64_t lease_clock() { return sys::coarse_now_ns(); }
+inline std::int64_t lease_clock() {
+  return sys::coarse_now_ns();
+}
 
 /// Builds a SegmentError naming `path` from an errno.
 [[noreturn]] void throw_segment_errno(const std::string& path, const std::string& what, int err);

@@ -27,8 +27,9 @@ constexpr std::int64_t kHeadTickNs = 10'000'000;    // the head waiter watches f
 constexpr std::int64_t kOtherTickNs = 100'000'000;  // the others check less often
 
 void check_weight(int n, const char* what) {
-  if (n < 1) throw std::invalid_argument(std::string("shmsem: ") + what +
-                                         " needs n >= 1, got " + std::to_string(n));
+  if (n < 1)
+    throw std::invalid_argument(std::string("shmsem: ") + what + " needs n >= 1, got " +
+                                std::to_string(n));
 }
 
 void check_duration(std::chrono::milliseconds d, const char* what, bool allow_negative) {
@@ -178,14 +179,16 @@ Semaphore::~Semaphore() {
 
 static void check_options(const Options& options) {
   if (options.ttl) detail::check_duration(*options.ttl, "default TTL", false);
-  if (options.open_timeout.count() < 0) throw std::invalid_argument("shmsem: negative open_timeout");
+  if (options.open_timeout.count() < 0)
+    throw std::invalid_argument("shmsem: negative open_timeout");
 }
 
 Semaphore Semaphore::open(std::string_view key, int permits, const Options& options) {
   detail::validate_key(key);
   if (permits < 1 || permits > kMaxCapacity)
-    throw std::invalid_argument("shmsem: open('" + std::string(key) + "') needs permits from 1 to " +
-                                std::to_string(kMaxCapacity) + ", got " + std::to_string(permits));
+    throw std::invalid_argument("shmsem: open('" + std::string(key) +
+                                "') needs permits from 1 to " + std::to_string(kMaxCapacity) +
+                                ", got " + std::to_string(permits));
   check_options(options);
   auto h = std::make_unique<handle>();
   h->opts = options;
@@ -221,7 +224,9 @@ bool Semaphore::remove(std::string_view key) {
   detail::throw_segment_errno(std::string(sys::kShmDir) + "/" + name, "cannot remove", err);
 }
 
-bool Semaphore::remove_if_unused(std::string_view key) { return attachment::remove_if_unused(key); }
+bool Semaphore::remove_if_unused(std::string_view key) {
+  return attachment::remove_if_unused(key);
+}
 
 std::vector<std::string> Semaphore::list() {
   std::vector<std::string> keys;
@@ -236,7 +241,9 @@ std::vector<std::string> Semaphore::list() {
     std::size_t got = 0;
     std::uint64_t size = 0;
     if (sys::shm_read_prefix(name, buf, sizeof buf, got, size) != 0) continue;
-    if (detail::layout::validate(buf, got) != detail::layout::problem::none) continue;
+    // validate() reads only the header; the size it checks is the file's.
+    if (got < sizeof buf || detail::layout::validate(buf, size) != detail::layout::problem::none)
+      continue;
     const auto* h = detail::layout::header(buf);
     std::string k(h->key, h->key_size);
     if (detail::key_to_name(k) == name) keys.push_back(std::move(k));
@@ -250,7 +257,9 @@ std::string Semaphore::segment_path(std::string_view key) {
   return std::string(sys::kShmDir) + "/" + detail::key_to_name(key);
 }
 
-std::string_view Semaphore::key() const noexcept { return h_->att->key; }
+std::string_view Semaphore::key() const noexcept {
+  return h_->att->key;
+}
 
 // ---------------------------------------------------------------------------
 // Acquisition
@@ -301,8 +310,15 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
         break;
     }
     if (h.opts.observer) {
-      AcquireEvent e{a.key, a.hdr->capacity.load(), n, a.hdr->used.load(), 0, wakeups,
-                     std::chrono::nanoseconds(waited_ns), detail::outcome_of(r), waited};
+      AcquireEvent e{a.key,
+                     a.hdr->capacity.load(),
+                     n,
+                     a.hdr->used.load(),
+                     0,
+                     wakeups,
+                     std::chrono::nanoseconds(waited_ns),
+                     detail::outcome_of(r),
+                     waited};
       detail::notify(h.opts.observer, [&](Observer& o) {
         if (waited) o.on_wait_end(e);
         o.on_acquire(e);
@@ -344,8 +360,15 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
       lk.unlock();
       Permit p = make_permit(h, slot, id, q, now);
       if (h.opts.observer) {
-        AcquireEvent e{a.key, hdr->capacity.load(), n, hdr->used.load(), id, 0,
-                       std::chrono::nanoseconds(0), Outcome::acquired, false};
+        AcquireEvent e{a.key,
+                       hdr->capacity.load(),
+                       n,
+                       hdr->used.load(),
+                       id,
+                       0,
+                       std::chrono::nanoseconds(0),
+                       Outcome::acquired,
+                       false};
         detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
       }
       return p;
@@ -363,7 +386,8 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
     std::lock_guard g(h.waits_mu);
     h.waits.push_back(w);
   }
-  if (h.opts.observer) detail::notify(h.opts.observer, [&](Observer& o) { o.on_wait_start(a.key, n); });
+  if (h.opts.observer)
+    detail::notify(h.opts.observer, [&](Observer& o) { o.on_wait_start(a.key, n); });
   auto& slot = a.waiters[w];
   std::stop_callback on_stop(opts.stop, [&slot] {
     slot.seq.fetch_add(1, std::memory_order_release);
@@ -442,8 +466,15 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
   if (!granted) throw fail(reason, wakeups, waited, true);
   Permit p = make_permit(h, lease, id, q, granted_ns);
   if (h.opts.observer) {
-    AcquireEvent e{a.key, a.hdr->capacity.load(), n, a.hdr->used.load(), id, wakeups,
-                   std::chrono::nanoseconds(waited), Outcome::acquired, true};
+    AcquireEvent e{a.key,
+                   a.hdr->capacity.load(),
+                   n,
+                   a.hdr->used.load(),
+                   id,
+                   wakeups,
+                   std::chrono::nanoseconds(waited),
+                   Outcome::acquired,
+                   true};
     detail::notify(h.opts.observer, [&](Observer& o) {
       o.on_wait_end(e);
       o.on_acquire(e);
@@ -460,8 +491,15 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
   auto failed = [&](Outcome outcome) -> std::optional<Permit> {
     a.hdr->stats.try_failures.fetch_add(1, std::memory_order_relaxed);
     if (h.opts.observer) {
-      AcquireEvent e{a.key, a.hdr->capacity.load(), n, a.hdr->used.load(), 0, 0,
-                     std::chrono::nanoseconds(0), outcome, false};
+      AcquireEvent e{a.key,
+                     a.hdr->capacity.load(),
+                     n,
+                     a.hdr->used.load(),
+                     0,
+                     0,
+                     std::chrono::nanoseconds(0),
+                     outcome,
+                     false};
       detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
     }
     return std::nullopt;
@@ -498,8 +536,15 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
   lk.unlock();
   std::optional<Permit> p(make_permit(h, slot, id, q, now));
   if (h.opts.observer) {
-    AcquireEvent e{a.key, hdr->capacity.load(), n, hdr->used.load(), id, 0,
-                   std::chrono::nanoseconds(0), Outcome::acquired, false};
+    AcquireEvent e{a.key,
+                   hdr->capacity.load(),
+                   n,
+                   hdr->used.load(),
+                   id,
+                   0,
+                   std::chrono::nanoseconds(0),
+                   Outcome::acquired,
+                   false};
     detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
   }
   return p;
@@ -542,13 +587,21 @@ Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t id, int 
 int Semaphore::capacity() const noexcept {
   return h_->att->hdr->capacity.load(std::memory_order_relaxed);
 }
-int Semaphore::used() const noexcept { return h_->att->hdr->used.load(std::memory_order_relaxed); }
-int Semaphore::available() const noexcept { return std::max(0, capacity() - used()); }
+int Semaphore::used() const noexcept {
+  return h_->att->hdr->used.load(std::memory_order_relaxed);
+}
+int Semaphore::available() const noexcept {
+  return std::max(0, capacity() - used());
+}
 int Semaphore::waiters() const noexcept {
   return h_->att->hdr->waiters.load(std::memory_order_relaxed);
 }
-bool Semaphore::empty() const noexcept { return used() == 0; }
-bool Semaphore::full() const noexcept { return used() >= capacity(); }
+bool Semaphore::empty() const noexcept {
+  return used() == 0;
+}
+bool Semaphore::full() const noexcept {
+  return used() >= capacity();
+}
 double Semaphore::utilization() const noexcept {
   return static_cast<double>(used()) / capacity();
 }

@@ -24,8 +24,8 @@ wait_result futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
   }
   // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline, so a
   // spurious wakeup never stretches the total wait.
-  long r = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_BITSET,
-                     expected, tp, nullptr, FUTEX_BITSET_MATCH_ANY);
+  long r = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_BITSET, expected,
+                     tp, nullptr, FUTEX_BITSET_MATCH_ANY);
   if (r == 0) return wait_result::woken;
   switch (errno) {
     case ETIMEDOUT:
@@ -38,8 +38,8 @@ wait_result futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
 }
 
 void futex_wake(std::atomic<std::uint32_t>* word, int count) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, count, nullptr,
-            nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr,
+            0);
 }
 
 }  // namespace shmsem::sys

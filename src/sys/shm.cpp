@@ -37,8 +37,8 @@ std::unique_ptr<shm_file> shm_file::open(const std::string& name, bool create, m
       if (create) {
         try {
           bip::permissions perm(static_cast<unsigned>(mode));
-          f->impl_->object = bip::shared_memory_object(bip::create_only, name.c_str(),
-                                                       bip::read_write, perm);
+          f->impl_->object =
+              bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write, perm);
           created = true;
         } catch (const bip::interprocess_exception& e) {
           if (e.get_error_code() != bip::already_exists_error) throw;
@@ -71,12 +71,15 @@ int shm_file::fd() const {
   return static_cast<int>(impl_->object.get_mapping_handle().handle);
 }
 
-int shm_file::stat(struct ::stat& st) const { return ::fstat(fd(), &st) == 0 ? 0 : errno; }
+int shm_file::stat(struct ::stat& st) const {
+  return ::fstat(fd(), &st) == 0 ? 0 : errno;
+}
 
 int shm_file::map(std::size_t size) {
   try {
     impl_->region = bip::mapped_region(impl_->object, bip::read_write, 0, size);
     base_ = impl_->region.get_address();
+    size_ = size;
     return 0;
   } catch (const bip::interprocess_exception& e) {
     return e.get_native_error() ? e.get_native_error() : ENOMEM;
@@ -98,12 +101,15 @@ int shm_file::reopen_description() {
   int r = ::dup3(nfd, fd(), O_CLOEXEC);
   int e = r < 0 ? errno : 0;
   ::close(nfd);
+  if (e == 0 && base_ != nullptr &&
+      ::mmap(base_, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd(), 0) == MAP_FAILED)
+    e = errno;
   return e;
 }
 
 namespace {
 struct flock make_lock(short type, std::uint64_t byte) {
-  struct flock l{};
+  struct flock l {};
   l.l_type = type;
   l.l_whence = SEEK_SET;
   l.l_start = static_cast<off_t>(byte);

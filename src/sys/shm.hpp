@@ -25,8 +25,8 @@ class shm_file {
   /// umask) when `create` is set and it is absent. The open never follows a
   /// symlink. Returns nullptr and sets `err` (an errno) on failure;
   /// `created` tells whether this call made the file.
-  static std::unique_ptr<shm_file> open(const std::string& name, bool create, mode_t mode,
-                                        int& err, bool& created);
+  static std::unique_ptr<shm_file> open(const std::string& name, bool create, mode_t mode, int& err,
+                                        bool& created);
   ~shm_file();
   shm_file(const shm_file&) = delete;
   shm_file& operator=(const shm_file&) = delete;
@@ -42,7 +42,10 @@ class shm_file {
   /// tmpfs gives ENOSPC here instead of SIGBUS later). Returns errno or 0.
   int allocate(std::uint64_t off, std::uint64_t len);
   /// Replaces this process's open file description with a fresh one for the
-  /// same file (after fork, so the child's OFD locks are its own). errno or 0.
+  /// same file, and remaps the mapping onto it in place (after fork, so the
+  /// child's OFD locks are its own: a mapping holds a reference to its file
+  /// description too, and would keep the parent's liveness token alive).
+  /// Returns errno or 0.
   int reopen_description();
 
   /// Open-file-description byte locks (F_OFD_*): held per open file
@@ -61,6 +64,7 @@ class shm_file {
   struct impl;
   std::unique_ptr<impl> impl_;
   void* base_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 /// Removes /dev/shm/<name>. Returns errno or 0.

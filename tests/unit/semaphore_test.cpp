@@ -1,0 +1,530 @@
+// Single-process behaviour of Semaphore and Permit. Threads stand in for
+// other processes where only the ordering matters; the ipc tests fork.
+#include <gtest/gtest.h>
+#include <shmsem/shmsem.hpp>
+
+#include <atomic>
+#include <future>
+#include <stop_token>
+#include <thread>
+
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::unique_key;
+
+AcquisitionError acquire_error(Semaphore& s, int n, const AcquireOptions& o = {}) {
+  try {
+    s.acquire(n, o);
+  } catch (const AcquisitionError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "acquire(" << n << ") succeeded";
+  return AcquisitionError(Reason::error, "none");
+}
+
+TEST(Semaphore, OpenCreatesThenAttachesWithoutChangingCapacity) {
+  unique_key k;
+  auto a = Semaphore::open(k, 3);
+  auto b = Semaphore::open(k, 7);  // logs a warning; the fleet's bound stands
+  EXPECT_EQ(a.capacity(), 3);
+  EXPECT_EQ(b.capacity(), 3);
+  auto p = a.acquire();
+  EXPECT_EQ(b.used(), 1);
+}
+
+TEST(Semaphore, AttachFindsOnlyExistingSemaphores) {
+  unique_key k;
+  try {
+    Semaphore::attach(k);
+    FAIL() << "attach created a segment";
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), errc::not_found);
+    EXPECT_NE(std::string(e.what()).find(k.str()), std::string::npos);
+  }
+  auto s = Semaphore::open(k, 2);
+  EXPECT_EQ(Semaphore::attach(k).capacity(), 2);
+}
+
+TEST(Semaphore, BadArgumentsThrowInvalidArgument) {
+  unique_key k;
+  EXPECT_THROW(Semaphore::open(k, 0), std::invalid_argument);
+  EXPECT_THROW(Semaphore::open(k, -1), std::invalid_argument);
+  EXPECT_THROW(Semaphore::open(k, kMaxCapacity + 1), std::invalid_argument);
+  EXPECT_THROW(Semaphore::open(k, 1, {.ttl = -5ms}), std::invalid_argument);
+  auto s = Semaphore::open(k, 2);
+  EXPECT_THROW(s.acquire(0), std::invalid_argument);
+  EXPECT_THROW(s.acquire(-3), std::invalid_argument);
+  EXPECT_THROW(s.try_acquire(0), std::invalid_argument);
+  EXPECT_THROW(s.acquire(1, {.ttl = -1ms}), std::invalid_argument);
+  EXPECT_THROW(s.acquire(1, {.ttl = kMaxDuration + 1ms}), std::invalid_argument);
+  EXPECT_THROW(s.acquire(1, {.wait_timeout = kMaxDuration + 1ms}), std::invalid_argument);
+  EXPECT_THROW(s.set_capacity(0), std::invalid_argument);
+  EXPECT_THROW(s.set_capacity(kMaxCapacity + 1), std::invalid_argument);
+  auto p = s.acquire();
+  EXPECT_THROW(p.extend(0ms), std::invalid_argument);
+  EXPECT_THROW(p.extend(-1ms), std::invalid_argument);
+  EXPECT_EQ(s.used(), 1);
+}
+
+TEST(Semaphore, AcquireIsAllOrNothing) {
+  unique_key k;
+  auto s = Semaphore::open(k, 3);
+  auto p = s.acquire(2);
+  EXPECT_EQ(s.used(), 2);
+  auto e = acquire_error(s, 2, {.wait_timeout = 20ms});
+  EXPECT_EQ(e.reason(), Reason::timeout);
+  EXPECT_EQ(e.code(), std::errc::timed_out);
+  EXPECT_EQ(s.used(), 2) << "a failed weighted acquire must not keep partial seats";
+  EXPECT_EQ(p.weight(), 2);
+}
+
+TEST(Semaphore, MoreThanCapacityIsRejectedAtCallTime) {
+  unique_key k;
+  auto s = Semaphore::open(k, 2);
+  EXPECT_EQ(acquire_error(s, 3).reason(), Reason::exceeds_capacity);
+  EXPECT_FALSE(s.try_acquire(3).has_value());
+  EXPECT_EQ(s.stats().rejected, 1u);
+}
+
+TEST(Semaphore, ZeroWaitBudgetMakesOneAttempt) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire(1, {.wait_timeout = 0ms});
+  EXPECT_EQ(acquire_error(s, 1, {.wait_timeout = 0ms}).reason(), Reason::timeout);
+  EXPECT_EQ(acquire_error(s, 1, {.wait_timeout = -10ms}).reason(), Reason::timeout);
+}
+
+TEST(Semaphore, TryAcquireNeverWaits) {
+  unique_key k;
+  auto s = Semaphore::open(k, 2);
+  auto a = s.try_acquire(2);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_FALSE(s.try_acquire().has_value());
+  a->release();
+  EXPECT_TRUE(s.try_acquire().has_value());
+  EXPECT_GE(s.stats().try_failures, 1u);
+}
+
+TEST(Semaphore, ReleaseFreesAndSecondReleaseDoesNothing) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire();
+  EXPECT_TRUE(p.is_held());
+  p.release();
+  EXPECT_EQ(s.used(), 0);
+  EXPECT_FALSE(p.is_held());
+  EXPECT_NO_THROW(p.release());
+  EXPECT_EQ(s.used(), 0);
+  EXPECT_EQ(s.stats().released, 1u);
+}
+
+TEST(Semaphore, PermitIdsAreUniqueAndKeysMatch) {
+  unique_key k;
+  auto s = Semaphore::open(k, 2);
+  auto a = s.acquire();
+  auto b = s.acquire();
+  EXPECT_NE(a.id(), 0u);
+  EXPECT_NE(a.id(), b.id());
+  EXPECT_EQ(a.key(), k.str());
+  EXPECT_EQ(s.key(), k.str());
+}
+
+TEST(Semaphore, DestructorReleasesQuietly) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  { auto p = s.acquire(); }
+  EXPECT_EQ(s.used(), 0);
+  {
+    auto p = s.acquire();
+    s.force_release_all();
+  }  // lost seat: logged, not thrown
+  EXPECT_EQ(s.used(), 0);
+}
+
+TEST(Semaphore, PermitOutlivesItsSemaphoreHandle) {
+  unique_key k;
+  Permit p;
+  {
+    auto s = Semaphore::open(k, 1);
+    p = s.acquire();
+  }
+  EXPECT_TRUE(p.is_held());
+  EXPECT_EQ(p.key(), k.str());
+  auto other = Semaphore::open(k, 1);
+  EXPECT_EQ(other.used(), 1);
+  p.release();
+  EXPECT_EQ(other.used(), 0);
+}
+
+TEST(Semaphore, PermitCanBeReleasedFromAnotherThread) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire();
+  std::thread([&] { p.release(); }).join();
+  EXPECT_EQ(s.used(), 0);
+}
+
+TEST(Semaphore, MovedPermitKeepsTheLease) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto a = s.acquire();
+  Permit b = std::move(a);
+  EXPECT_FALSE(a);
+  EXPECT_TRUE(b.is_held());
+  EXPECT_EQ(s.used(), 1);
+  Permit c;
+  c = std::move(b);
+  EXPECT_EQ(s.used(), 1);
+  c.release();
+  EXPECT_EQ(s.used(), 0);
+}
+
+TEST(Semaphore, ForceReleaseMakesHoldersSeeTheLoss) {
+  unique_key k;
+  auto s = Semaphore::open(k, 3);
+  auto a = s.acquire();
+  auto b = s.acquire(2);
+  EXPECT_EQ(s.force_release_all(), 2);
+  EXPECT_EQ(s.used(), 0);
+  EXPECT_FALSE(a.is_held());
+  EXPECT_THROW(a.extend(1s), ExtensionError);
+  try {
+    b.release();
+    FAIL() << "release of a force-released permit did not throw";
+  } catch (const PermitNotHeldError& e) {
+    EXPECT_NE(std::string(e.what()).find("force-released"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(k.str()), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(b.release());  // already empty
+  auto st = s.stats();
+  EXPECT_EQ(st.force_released, 2u);
+  EXPECT_EQ(st.reclaimed_seats, 3u);
+}
+
+TEST(Semaphore, ExpiredLeaseCountsAsLostBeforeItIsReclaimed) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire(1, {.ttl = 30ms});
+  ASSERT_TRUE(p.ttl().has_value());
+  ASSERT_TRUE(p.expires_at().has_value());
+  ASSERT_TRUE(eventually([&] { return !p.is_held(); }, 5s));
+  EXPECT_EQ(s.used(), 1) << "nobody reclaimed it yet";
+  EXPECT_THROW(p.extend(1s), ExtensionError);
+  try {
+    p.release();
+    FAIL() << "release of an expired permit did not throw";
+  } catch (const PermitNotHeldError& e) {
+    EXPECT_NE(std::string(e.what()).find("TTL"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.used(), 0) << "the release reclaimed the expired seat";
+  EXPECT_EQ(s.stats().expired, 1u);
+}
+
+TEST(Semaphore, ExpiredSeatIsReclaimedByTheNextAcquire) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire(1, {.ttl = 20ms});
+  auto q = s.acquire(1, {.wait_timeout = 10s});  // waits for the expiry
+  EXPECT_TRUE(q.is_held());
+  EXPECT_FALSE(p.is_held());
+  EXPECT_EQ(s.stats().expired, 1u);
+}
+
+TEST(Semaphore, ZeroTtlMeansNoExpiryDespiteTheDefault) {
+  unique_key k;
+  auto s = Semaphore::open(k, 2, {.ttl = 10ms});
+  auto p = s.acquire(1, {.ttl = 0ms});
+  EXPECT_FALSE(p.ttl().has_value());
+  EXPECT_FALSE(p.expires_at().has_value());
+  auto d = s.acquire();
+  ASSERT_TRUE(d.ttl().has_value());
+  EXPECT_EQ(*d.ttl(), 10ms);
+}
+
+TEST(Semaphore, DefaultTtlAppliesToPermits) {
+  unique_key k;
+  auto s = Semaphore::open(k, 2, {.ttl = 60s});
+  auto p = s.acquire();
+  ASSERT_TRUE(p.ttl().has_value());
+  EXPECT_EQ(*p.ttl(), 60s);
+}
+
+TEST(Semaphore, ExtendPushesTheExpiry) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire(1, {.ttl = 50ms});
+  const auto before = *p.expires_at();
+  p.extend(10s);
+  EXPECT_GT(*p.expires_at(), before + 5s);
+  EXPECT_TRUE(p.is_held());
+  auto no_ttl = Semaphore::open(k, 1);
+  p.release();
+  auto q = no_ttl.acquire();
+  EXPECT_FALSE(q.expires_at().has_value());
+  q.extend(5s);  // a permit without TTL gains one
+  EXPECT_TRUE(q.expires_at().has_value());
+}
+
+TEST(Semaphore, AutoRenewKeepsTheLeaseAlive) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire(1, {.ttl = 60ms, .auto_renew = true});
+  EXPECT_TRUE(p.auto_renewing());
+  const auto first = *p.expires_at();
+  // Renewal happens every TTL/3: the expiry must move past its first value.
+  ASSERT_TRUE(eventually([&] { return *p.expires_at() > first + 60ms; }, 10s));
+  EXPECT_TRUE(p.is_held());
+  p.stop_auto_renew();
+  EXPECT_FALSE(p.auto_renewing());
+  ASSERT_TRUE(eventually([&] { return !p.is_held(); }, 10s)) << "the lease must lapse once stopped";
+  EXPECT_THROW(p.release(), PermitNotHeldError);
+}
+
+TEST(Semaphore, AutoRenewMarksAPermitLostWhenItsSeatIsTaken) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1, {.ttl = 60ms, .auto_renew = true});
+  auto p = s.acquire();
+  EXPECT_TRUE(p.auto_renewing());
+  s.force_release_all();
+  ASSERT_TRUE(eventually([&] { return !p.auto_renewing(); }, 10s));
+  EXPECT_FALSE(p.is_held());
+}
+
+TEST(Semaphore, BlockedAcquireIsWokenByRelease) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire();
+  auto f = std::async(std::launch::async, [&] { return s.acquire(1, {.wait_timeout = 30s}); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  p.release();
+  auto q = f.get();
+  EXPECT_TRUE(q.is_held());
+  EXPECT_EQ(s.waiters(), 0);
+}
+
+TEST(Semaphore, StopTokenCancelsAWait) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire();
+  std::stop_source stop;
+  auto f = std::async(std::launch::async,
+                      [&] { return acquire_error(s, 1, {.stop = stop.get_token()}); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  stop.request_stop();
+  EXPECT_EQ(f.get().reason(), Reason::cancelled);
+  EXPECT_EQ(s.waiters(), 0);
+  EXPECT_EQ(s.used(), 1);
+  EXPECT_EQ(s.stats().cancelled, 1u);
+}
+
+TEST(Semaphore, ShutdownEndsWaitsAndKeepsHeldPermits) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1, {.ttl = 60ms, .auto_renew = true});
+  auto held = s.acquire();
+  ASSERT_TRUE(held.auto_renewing());
+  auto f = std::async(std::launch::async, [&] { return acquire_error(s, 1); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  s.shutdown();
+  EXPECT_EQ(f.get().reason(), Reason::shutdown);
+  EXPECT_FALSE(held.auto_renewing()) << "renewal stops so the seat lapses within its TTL";
+  EXPECT_EQ(s.used(), 1) << "held permits are not released";
+  EXPECT_EQ(acquire_error(s, 1).reason(), Reason::shutdown);
+  EXPECT_FALSE(s.try_acquire().has_value());
+  ASSERT_TRUE(eventually([&] { return !held.is_held(); }, 10s));
+}
+
+TEST(Semaphore, FifoAdmitsALargeRequestDespiteSmallOnes) {
+  unique_key k;
+  auto s = Semaphore::open(k, 4);
+  auto a = s.acquire();
+  auto big = std::async(std::launch::async, [&] { return s.acquire(4, {.wait_timeout = 30s}); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  // Seats are free, but a request is queued ahead: no jumping the queue.
+  EXPECT_FALSE(s.try_acquire().has_value());
+  auto small = std::async(std::launch::async, [&] { return s.acquire(1, {.wait_timeout = 30s}); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 2; }));
+  EXPECT_EQ(s.used(), 1);
+  a.release();
+  auto b = big.get();
+  EXPECT_EQ(b.weight(), 4);
+  EXPECT_EQ(s.used(), 4);
+  b.release();
+  EXPECT_TRUE(small.get().is_held());
+}
+
+TEST(Semaphore, GrowingWakesWaiters) {
+  unique_key k;
+  auto s = Semaphore::open(k, 2);
+  auto p = s.acquire(2);
+  auto f = std::async(std::launch::async, [&] { return s.acquire(1, {.wait_timeout = 30s}); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  s.set_capacity(3);
+  auto q = f.get();
+  EXPECT_EQ(q.weight(), 1);
+  EXPECT_EQ(s.used(), 3);
+}
+
+TEST(Semaphore, ShrinkingTakesNoSeatAndAdmitsOnlyBelowTheNewCapacity) {
+  unique_key k;
+  auto s = Semaphore::open(k, 4);
+  std::vector<Permit> held;
+  for (int i = 0; i < 4; ++i) held.push_back(s.acquire());
+  s.set_capacity(2);
+  EXPECT_EQ(s.capacity(), 2);
+  EXPECT_EQ(s.used(), 4);
+  for (auto& p : held) EXPECT_TRUE(p.is_held());
+  held.pop_back();
+  held.pop_back();
+  EXPECT_EQ(s.used(), 2);
+  EXPECT_FALSE(s.try_acquire().has_value()) << "used == new capacity: still full";
+  held.pop_back();
+  EXPECT_TRUE(s.try_acquire().has_value());
+}
+
+TEST(Semaphore, ShrinkBelowAWaitersWeightRejectsIt) {
+  unique_key k;
+  auto s = Semaphore::open(k, 4);
+  auto p = s.acquire(2);
+  auto f = std::async(std::launch::async, [&] { return acquire_error(s, 4); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  s.set_capacity(3);
+  EXPECT_EQ(f.get().reason(), Reason::exceeds_capacity);
+}
+
+TEST(Semaphore, WaitIdleReturnsOnceEmptyAndDoesNotBlockAcquires) {
+  unique_key k;
+  auto s = Semaphore::open(k, 2);
+  EXPECT_TRUE(s.wait_idle(0ms));
+  auto p = s.acquire();
+  EXPECT_FALSE(s.wait_idle(20ms));
+  auto f = std::async(std::launch::async, [&] { return s.wait_idle(30s); });
+  auto q = s.acquire();  // not blocked by the idle wait
+  q.release();
+  p.release();
+  EXPECT_TRUE(f.get());
+}
+
+TEST(Semaphore, IntrospectionReadsTheCounters) {
+  unique_key k;
+  auto s = Semaphore::open(k, 4);
+  EXPECT_TRUE(s.empty());
+  EXPECT_FALSE(s.full());
+  auto p = s.acquire(3);
+  EXPECT_EQ(s.available(), 1);
+  EXPECT_DOUBLE_EQ(s.utilization(), 0.75);
+  auto q = s.acquire();
+  EXPECT_TRUE(s.full());
+  EXPECT_EQ(s.available(), 0);
+  auto hs = s.holders();
+  ASSERT_EQ(hs.size(), 2u);
+  for (const auto& h : hs) {
+    EXPECT_EQ(h.pid, ::getpid());
+    EXPECT_EQ(h.state, HolderState::alive);
+    EXPECT_FALSE(h.foreign_namespace);
+  }
+  EXPECT_EQ(hs[0].weight + hs[1].weight, 4);
+  auto snap = s.snapshot();
+  EXPECT_EQ(snap.used, 4);
+  EXPECT_EQ(snap.holders.size(), 2u);
+  EXPECT_EQ(snap.key, k.str());
+}
+
+TEST(Semaphore, SmoothedUtilizationRisesUnderLoadAndDecaysWhenIdle) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  EXPECT_DOUBLE_EQ(s.utilization_smoothed(), 0.0);
+  auto p = s.acquire();
+  ASSERT_TRUE(eventually([&] { return s.utilization_smoothed() > 0.001; }, 10s));
+  const double loaded = s.utilization_smoothed();
+  EXPECT_LT(loaded, 1.0);
+  p.release();
+  ASSERT_TRUE(eventually([&] { return s.utilization_smoothed() < loaded * 0.999; }, 10s));
+}
+
+TEST(Semaphore, StatsAndHistogramsCountEveryOutcome) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  { auto p = s.acquire(); }
+  auto p = s.acquire();
+  acquire_error(s, 1, {.wait_timeout = 1ms});
+  auto st = s.stats();
+  EXPECT_EQ(st.acquired, 2u);
+  EXPECT_EQ(st.released, 1u);
+  EXPECT_EQ(st.timeouts, 1u);
+  EXPECT_EQ(st.wait.count(), 2u);
+  EXPECT_EQ(st.hold.count(), 1u);
+}
+
+struct recording_observer : Observer {
+  std::atomic<int> acquires{0}, releases{0}, wait_starts{0}, wait_ends{0}, lost{0};
+  std::atomic<int> last_outcome{-1};
+  void on_acquire(const AcquireEvent& e) override {
+    ++acquires;
+    last_outcome = static_cast<int>(e.outcome);
+  }
+  void on_release(const ReleaseEvent&) override { ++releases; }
+  void on_wait_start(std::string_view, int) override { ++wait_starts; }
+  void on_wait_end(const AcquireEvent&) override { ++wait_ends; }
+  void on_lost(std::string_view, std::uint64_t, std::string_view) override { ++lost; }
+};
+
+TEST(Semaphore, ObserverSeesEveryEvent) {
+  unique_key k;
+  auto obs = std::make_shared<recording_observer>();
+  auto s = Semaphore::open(k, 1, {.observer = obs});
+  auto p = s.acquire();
+  EXPECT_EQ(obs->acquires, 1);
+  EXPECT_EQ(obs->last_outcome, static_cast<int>(Outcome::acquired));
+  acquire_error(s, 1, {.wait_timeout = 5ms});
+  EXPECT_EQ(obs->wait_starts, 1);
+  EXPECT_EQ(obs->wait_ends, 1);
+  EXPECT_EQ(obs->last_outcome, static_cast<int>(Outcome::timeout));
+  p.release();
+  EXPECT_EQ(obs->releases, 1);
+  auto q = s.acquire();
+  s.force_release_all();
+  EXPECT_THROW(q.release(), PermitNotHeldError);
+  EXPECT_EQ(obs->lost, 1);
+}
+
+TEST(Semaphore, WithPermitReleasesEvenWhenTheWorkThrows) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  EXPECT_EQ(s.with_permit([&] { return s.used(); }), 1);
+  EXPECT_EQ(s.used(), 0);
+  EXPECT_THROW(s.with_permit([]() -> int { throw std::logic_error("boom"); }), std::logic_error);
+  EXPECT_EQ(s.used(), 0);
+  // A seat lost during the work is logged, not thrown: the work already ran.
+  EXPECT_NO_THROW(s.with_permit([&](Permit&) { s.force_release_all(); }));
+  EXPECT_EQ(s.used(), 0);
+}
+
+TEST(Semaphore, ShutdownAllStopsEveryHandle) {
+  // Runs in a child: shutdown_all() is process-wide and permanent.
+  unique_key k;
+  test::child_process c([&] {
+    auto a = Semaphore::open(k, 1);
+    auto p = a.acquire();
+    auto f = std::async(std::launch::async, [&] { return acquire_error(a, 1); });
+    if (!eventually([&] { return a.waiters() == 1; })) return 2;
+    shutdown_all();
+    if (f.get().reason() != Reason::shutdown) return 3;
+    auto b = Semaphore::open(k, 1);
+    try {
+      b.acquire();
+      return 4;
+    } catch (const AcquisitionError& e) {
+      if (e.reason() != Reason::shutdown) return 5;
+    }
+    return p.is_held() ? 0 : 6;
+  });
+  EXPECT_EQ(c.wait(), 0);
+}
+
+}  // namespace
+}  // namespace shmsem
