@@ -331,5 +331,27 @@ TEST(Bounded, TtlAndAutoRenewReachThePermit) {
   EXPECT_GT(*expiry, std::chrono::steady_clock::now() + 30s);
 }
 
+TEST(Bounded, AutoRenewKeepsALongBodysLeaseAlive) {
+  unique_key key;
+  bool renewed = false;
+  auto f = bounded({.key = key.str(), .ttl = 200ms, .auto_renew = true}, [&] {
+    Semaphore sem = Semaphore::attach(key);
+    const auto first = sem.holders().at(0).expires_at.value();
+    // Outlive the first expiry: the lease must be pushed forward, not lapse.
+    renewed = test::eventually(
+        [&] {
+          auto h = sem.holders();
+          return h.size() == 1 && h[0].expires_at.value() > first &&
+                 std::chrono::steady_clock::now() > first + 50ms &&
+                 h[0].state == HolderState::alive;
+        },
+        10s);
+  });
+  EXPECT_TRUE(f());
+  EXPECT_TRUE(renewed);
+  EXPECT_EQ(Semaphore::attach(key).stats().expired, 0u);
+  EXPECT_EQ(Semaphore::attach(key).stats().released, 1u);
+}
+
 }  // namespace
 }  // namespace shmsem
