@@ -1,0 +1,430 @@
+// bench/report.cpp: the markdown ratio table and the target checks.
+#include "report.hpp"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+
+namespace shmsem_bench {
+
+// ---- collecting ---------------------------------------------------------------
+
+void CollectingReporter::ReportRuns(const std::vector<Run>& runs) {
+  for (const Run& run : runs) {
+    Result r;
+    const double to_ns = 1e9 / benchmark::GetTimeUnitMultiplier(run.time_unit);
+    r.real_ns = run.GetAdjustedRealTime() * to_ns;
+    r.cpu_ns = run.GetAdjustedCPUTime() * to_ns;
+    for (const auto& [name, counter] : run.counters) r.counters[name] = counter.value;
+    r.error = run.error_occurred;
+    r.error_message = run.error_message;
+    // The registered name, without the /iterations:1/repeats:1/real_time
+    // decorations Google Benchmark adds to it.
+    const std::string name = run.run_name.function_name;
+    if (run.run_type == Run::RT_Aggregate) {
+      if (run.aggregate_name == "median") median_[name] = r;
+    } else if (r.error || !single_.count(name) || !single_[name].error) {
+      single_[name] = r;  // the last repetition, unless an earlier one failed
+    }
+  }
+  ConsoleReporter::ReportRuns(runs);
+}
+
+Results CollectingReporter::results() const {
+  Results all = single_;
+  for (const auto& [name, r] : median_) {
+    if (!all[name].error) all[name] = r;
+  }
+  return all;
+}
+
+std::vector<std::string> CollectingReporter::errors() const {
+  std::vector<std::string> out;
+  for (const auto& [name, r] : single_) {
+    if (r.error) out.push_back(name + ": " + r.error_message);
+  }
+  return out;
+}
+
+// ---- formatting -----------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kImpls[] = {"shmsem", "posix_sem", "sysv_undo", "boost_ipc", "flock"};
+constexpr const char* kHeaders[] = {"shmsem", "POSIX sem_t", "SysV SEM_UNDO",
+                                    "boost interprocess_semaphore", "flock"};
+constexpr int kColumns = 5;
+
+std::string printf_string(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+/// Three significant figures or so, never scientific notation.
+std::string num(double v) {
+  const double a = std::fabs(v);
+  if (a >= 100) return printf_string("%.0f", v);
+  if (a >= 10) return printf_string("%.1f", v);
+  if (a >= 1) return printf_string("%.2f", v);
+  if (a >= 0.01) return printf_string("%.3f", v);
+  if (a == 0) return "0";
+  return printf_string("%.2g", v);
+}
+
+std::string times(double ratio) {
+  return num(ratio) + "×";
+}
+
+/// How a figure is shown: its unit and the divisor from the stored value.
+struct Scale {
+  const char* unit;
+  double divisor;
+};
+constexpr Scale kNs{"ns", 1};
+constexpr Scale kUs{"µs", 1e3};
+constexpr Scale kMs{"ms", 1e6};
+
+class Table {
+ public:
+  explicit Table(const Results& r) : r_(r) {}
+
+  /// The figure `metric` ("" = CPU time per iteration, else a counter) of
+  /// benchmark `name`; nullopt when the case did not run or failed.
+  std::optional<double> get(const std::string& name, const std::string& metric = "") const {
+    auto it = r_.find(name);
+    if (it == r_.end() || it->second.error) return std::nullopt;
+    if (metric.empty()) return it->second.cpu_ns;
+    auto c = it->second.counters.find(metric);
+    if (c == it->second.counters.end()) return std::nullopt;
+    return c->second;
+  }
+  /// "—" for a case that did not run, "error" for one that failed.
+  std::string missing(const std::string& name) const {
+    auto it = r_.find(name);
+    return it != r_.end() && it->second.error ? "error" : "—";
+  }
+
+  /// A row of one figure per implementation: names are prefix + "/" + impl
+  /// (shmsem's column may use another suffix), n/a where `applies` says no.
+  void figure_row(const std::string& label, const std::string& prefix, const std::string& metric,
+                  Scale scale, const std::string& shmsem_suffix = "shmsem",
+                  const std::function<bool(int)>& applies = nullptr) {
+    Row row = make_row(label, scale.unit);
+    std::optional<double> values[kColumns];
+    for (int c = 0; c < kColumns; ++c) {
+      const std::string name = prefix + "/" + (c == 0 ? shmsem_suffix : kImpls[c]);
+      if (applies && !applies(c)) {
+        row.cells[c] = "n/a";
+        continue;
+      }
+      values[c] = get(name, metric);
+      row.cells[c] = values[c] ? num(*values[c] / scale.divisor) : missing(name);
+    }
+    if (values[0] && values[1] && *values[1] > 0) row.ratio = times(*values[0] / *values[1]);
+    const std::string shmsem_name = prefix + "/" + shmsem_suffix;
+    if (auto a = get(shmsem_name, "allocs_per_op")) row.allocs = num(*a);
+    rows_.push_back(row);
+  }
+
+  /// Like figure_row, but for a row whose peers' figures come from another
+  /// case (the observer row compares with plain acquire+release).
+  void shmsem_only_row(const std::string& label, const std::string& name, Scale scale,
+                       const std::string& reference_name) {
+    Row row = make_row(label, scale.unit);
+    auto v = get(name);
+    row.cells[0] = v ? num(*v / scale.divisor) : missing(name);
+    for (int c = 1; c < kColumns; ++c) row.cells[c] = "n/a";
+    auto ref = get(reference_name);
+    if (v && ref && *ref > 0) row.ratio = times(*v / *ref);
+    if (auto a = get(name, "allocs_per_op")) row.allocs = num(*a);
+    rows_.push_back(row);
+  }
+
+  void contended_row(int processes, int capacity) {
+    const std::string prefix =
+        "BM_Contended/procs:" + std::to_string(processes) + "/cap:" + std::to_string(capacity);
+    Row row = make_row(
+        std::to_string(processes) + " processes × 2 threads, capacity " + std::to_string(capacity),
+        "M acq/s (fairness)");
+    std::optional<double> rate[kColumns];
+    for (int c = 0; c < kColumns; ++c) {
+      const std::string name = prefix + "/" + kImpls[c];
+      if (capacity > 1 && c == 4) {
+        row.cells[c] = "n/a";
+        continue;
+      }
+      rate[c] = get(name, "acq_per_s");
+      auto fair = get(name, "fairness_min_max");
+      row.cells[c] =
+          rate[c] ? num(*rate[c] / 1e6) + " (" + printf_string("%.2f", *fair) + ")" : missing(name);
+    }
+    if (rate[0] && rate[1] && *rate[1] > 0) row.ratio = times(*rate[0] / *rate[1]);
+    if (rate[0] || rate[1]) rows_.push_back(row);
+  }
+
+  void reclaim_row(const std::string& label, const std::string& metric) {
+    Row row = make_row(label, "ms");
+    std::optional<double> values[kColumns];
+    for (int c = 0; c < kColumns; ++c) {
+      const std::string name = std::string("BM_CrashReclaim/") + kImpls[c];
+      auto trials = get(name, "trials");
+      auto leaked = get(name, "leaked");
+      if (trials && *trials > 0) values[c] = get(name, metric);
+      if (leaked && *leaked > 0 && (!trials || *trials == 0)) {
+        row.cells[c] = "never: seat leaked";
+      } else if (values[c]) {
+        row.cells[c] = num(*values[c] / 1e6);
+        if (leaked && *leaked > 0) row.cells[c] += " (then a leak)";
+      } else {
+        row.cells[c] = missing(name);
+      }
+    }
+    rows_.push_back(row);
+  }
+
+  void idle_row() {
+    Row row =
+        make_row("8. idle CPU of 50 blocked waiters in 5 processes", "% of a core (wakeups/s)");
+    for (int c = 0; c < kColumns; ++c) {
+      const std::string name = std::string("BM_IdleWaiters/") + kImpls[c];
+      auto pct = get(name, "cpu_pct_of_core");
+      auto sw = get(name, "switches_per_s");
+      row.cells[c] =
+          pct ? printf_string("%.3f", *pct) + " (" + num(sw.value_or(0)) + ")" : missing(name);
+    }
+    rows_.push_back(row);
+  }
+
+  void write(std::ostream& out) const {
+    out << "| case | unit |";
+    for (const char* h : kHeaders) out << ' ' << h << " |";
+    out << " shmsem ÷ sem_t | shmsem allocs/op |\n|---|---|";
+    for (int c = 0; c < kColumns; ++c) out << "---:|";
+    out << "---:|---:|\n";
+    for (const Row& row : rows_) {
+      out << "| " << row.label << " | " << row.unit << " |";
+      for (const auto& cell : row.cells) out << ' ' << cell << " |";
+      out << ' ' << (row.ratio.empty() ? "" : row.ratio) << " | " << row.allocs << " |\n";
+    }
+  }
+
+ private:
+  struct Row {
+    std::string label;
+    std::string unit;
+    std::string cells[kColumns];
+    std::string ratio;
+    std::string allocs;
+  };
+  static Row make_row(std::string label, std::string unit) {
+    Row row;
+    row.label = std::move(label);
+    row.unit = std::move(unit);
+    return row;
+  }
+  const Results& r_;
+  std::vector<Row> rows_;
+};
+
+// ---- targets -----------------------------------------------------------------------
+
+struct Target {
+  std::string what;
+  std::string measured;
+  std::string verdict;
+};
+
+std::string verdict(std::optional<bool> met) {
+  if (!met) return "not measured";
+  return *met ? "met" : "**MISSED**";
+}
+
+std::vector<Target> check_targets(const Table& t, const Results& results) {
+  std::vector<Target> out;
+  auto ratio_target = [&](const std::string& what, std::optional<double> num_v,
+                          std::optional<double> den_v, double limit, bool at_most) {
+    Target tg{what, "—", verdict(std::nullopt)};
+    if (num_v && den_v && *den_v > 0) {
+      const double ratio = *num_v / *den_v;
+      tg.measured = times(ratio);
+      tg.verdict = verdict(at_most ? ratio <= limit : ratio >= limit);
+    }
+    out.push_back(tg);
+  };
+  const auto posix = t.get("BM_AcquireRelease/posix_sem");
+  const auto plain = t.get("BM_AcquireRelease/shmsem");
+  ratio_target("1. acquire+release without TTL ≤ 2× POSIX sem_t", plain, posix, 2, true);
+  ratio_target("1. acquire+release with TTL ≤ 3× POSIX sem_t",
+               t.get("BM_AcquireRelease/shmsem_ttl"), posix, 3, true);
+  ratio_target("1. ≥ 50× faster than SysV SEM_UNDO (SysV ÷ shmsem)",
+               t.get("BM_AcquireRelease/sysv_undo"), plain, 50, false);
+  ratio_target("1. ≥ 50× faster than flock (flock ÷ shmsem)", t.get("BM_AcquireRelease/flock"),
+               plain, 50, false);
+  ratio_target("6. wake latency median ≤ 1.3× POSIX sem_t's",
+               t.get("BM_WakeLatency/shmsem", "median_ns"),
+               t.get("BM_WakeLatency/posix_sem", "median_ns"), 1.3, true);
+  {
+    Target tg{"8. reclaim after SIGKILL with a waiter blocked: p99 ≤ 50 ms", "—",
+              verdict(std::nullopt)};
+    auto p99 = t.get("BM_CrashReclaim/shmsem", "p99_ns");
+    auto leaked = t.get("BM_CrashReclaim/shmsem", "leaked");
+    auto trials = t.get("BM_CrashReclaim/shmsem", "trials");
+    if (leaked && *leaked > 0) {
+      tg.measured = "a seat was not reclaimed within the timeout";
+      tg.verdict = verdict(false);
+    } else if (p99) {
+      tg.measured =
+          num(*p99 / 1e6) + " ms (" + printf_string("%.0f", trials.value_or(0)) + " trials)";
+      tg.verdict = verdict(*p99 <= 50e6);
+    }
+    out.push_back(tg);
+  }
+  {
+    Target tg{"8. 50 idle blocked waiters burn < 1% of one core", "—", verdict(std::nullopt)};
+    if (auto pct = t.get("BM_IdleWaiters/shmsem", "cpu_pct_of_core")) {
+      tg.measured = printf_string("%.3f", *pct) + " % of a core";
+      tg.verdict = verdict(*pct < 1.0);
+    }
+    out.push_back(tg);
+  }
+  {
+    // The largest and smallest held counts that ran (100,000 and 1 in a full run).
+    std::optional<double> lo, hi;
+    int lo_n = 0, hi_n = 0;
+    for (const auto& [name, r] : results) {
+      const std::string prefix = "BM_AcquireReleaseHeld/held:";
+      if (name.rfind(prefix, 0) != 0 || name.find("/shmsem") == std::string::npos) continue;
+      const int n = std::stoi(name.substr(prefix.size()));
+      auto v = t.get(name);
+      if (!v) continue;
+      if (!lo || n < lo_n) lo = v, lo_n = n;
+      if (!hi || n > hi_n) hi = v, hi_n = n;
+    }
+    ratio_target("9. acquire+release with " + std::to_string(hi_n) + " seats held ≤ 2× with " +
+                     std::to_string(lo_n) + " held",
+                 hi, lo, 2, true);
+  }
+  {
+    Target tg{"1–4. zero heap allocations per operation (operator new counted)", "—",
+              verdict(std::nullopt)};
+    double worst = -1;
+    std::string worst_case;
+    for (const char* name :
+         {"BM_AcquireRelease/shmsem", "BM_AcquireRelease/shmsem_ttl", "BM_TryAcquireRelease/shmsem",
+          "BM_Acquire4Release/shmsem", "BM_AcquireReleaseObserved/shmsem"}) {
+      if (auto a = t.get(name, "allocs_per_op"); a && *a > worst) worst = *a, worst_case = name;
+    }
+    if (worst >= 0) {
+      tg.measured = "at most " + num(worst) + " per op (" + worst_case + ")";
+      // A one-time allocation spread over millions of iterations is not per operation.
+      tg.verdict = verdict(worst < 0.001);
+    }
+    out.push_back(tg);
+  }
+  return out;
+}
+
+std::string machine() {
+  std::string model = "unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  utsname u{};
+  ::uname(&u);
+  char date[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  return model + ", " + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN)) + " CPUs, Linux " +
+         u.release + ", " + date;
+}
+
+}  // namespace
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+std::string render_report(const Results& results, bool smoke, const std::string& load_at_start) {
+  Table t(results);
+  auto not_flock = [](int c) { return c != 4; };
+  t.figure_row("1. acquire+release, 1 seat, no TTL", "BM_AcquireRelease", "", kNs);
+  t.figure_row("1. acquire+release, 1 seat, TTL 60 s", "BM_AcquireRelease", "", kNs, "shmsem_ttl");
+  t.figure_row("2. try_acquire+release", "BM_TryAcquireRelease", "", kNs);
+  t.figure_row("3. acquire(4)+release (sem_t, boost: 4 waits + 4 posts)", "BM_Acquire4Release", "",
+               kNs, "shmsem", not_flock);
+  t.shmsem_only_row("4. acquire+release, observer attached (÷ sem_t wait+post)",
+                    "BM_AcquireReleaseObserved/shmsem", kNs, "BM_AcquireRelease/posix_sem");
+  t.figure_row("5. used() (sem_getvalue, semctl GETVAL)", "BM_Used", "", kNs, "shmsem",
+               [](int c) { return c <= 2; });
+  t.shmsem_only_row("5. capacity()", "BM_Capacity/shmsem", kNs, "");
+  t.shmsem_only_row("5. utilization_smoothed()", "BM_UtilizationSmoothed/shmsem", kNs, "");
+  t.figure_row("6. cross-process wake latency, median", "BM_WakeLatency", "median_ns", kUs);
+  t.figure_row("6. cross-process wake latency, p99", "BM_WakeLatency", "p99_ns", kUs);
+  for (int capacity : {1, 4})
+    for (int processes : {2, 4, 8}) t.contended_row(processes, capacity);
+  t.reclaim_row("8. reclaim after SIGKILL of the holder, median", "median_ns");
+  t.reclaim_row("8. reclaim after SIGKILL of the holder, p99", "p99_ns");
+  t.idle_row();
+  std::vector<int> held;
+  for (const auto& [name, r] : results) {
+    const std::string prefix = "BM_AcquireReleaseHeld/held:";
+    if (name.rfind(prefix, 0) == 0 && name.find("/shmsem") != std::string::npos)
+      held.push_back(std::stoi(name.substr(prefix.size())));
+  }
+  std::sort(held.begin(), held.end());
+  for (int n : held) {
+    t.figure_row("9. acquire+release, " + std::to_string(n) + " held",
+                 "BM_AcquireReleaseHeld/held:" + std::to_string(n), "", kNs, "shmsem",
+                 [](int c) { return c <= 1; });
+  }
+  t.figure_row("9. open() of an existing semaphore (sem_open, semget, open)", "BM_OpenExisting", "",
+               kUs);
+  for (const auto& [name, r] : results) {
+    if (name.rfind("BM_ReapDeadHolder/", 0) != 0) continue;
+    const std::string leases =
+        name.substr(name.find(':') + 1, name.rfind('/') - name.find(':') - 1);
+    t.figure_row("9. reap() of " + leases + " leases of a SIGKILLed holder",
+                 name.substr(0, name.rfind('/')), "median_ns", kMs, "shmsem",
+                 [](int c) { return c == 0; });
+  }
+
+  std::ostringstream out;
+  out << "### shmsem and its peers, one run";
+  if (smoke) out << " (SMOKE RUN: few iterations, figures not meaningful)";
+  out << "\n\nMachine: " << machine() << ". Load average (1, 5, 15 min) " << load_at_start
+      << " at the start, " << load_average() << " at the end.";
+  if (const char* rev = std::getenv("SHMSEM_BENCH_REVISION"); rev && *rev)
+    out << " Source: " << rev << ".";
+  out << "\n\n";
+  t.write(out);
+  out << "\nSingle-thread times are CPU time per operation (a preempting neighbour inflates "
+         "wall time, not CPU time), the median of the repetitions; the ratio is shmsem's "
+         "figure ÷ sem_t's, so below 1 is better for times and above 1 is better for "
+         "throughput. Contended cells: total acquisitions per second and, in parentheses, the "
+         "smallest process's share ÷ the largest's (1 = even). Idle row: the waiter threads' CPU "
+         "time over the window as a share of one core, and their context switches per "
+         "second.\n\n";
+  out << "| target (issue 4) | measured | verdict |\n|---|---|---|\n";
+  for (const Target& tg : check_targets(t, results))
+    out << "| " << tg.what << " | " << tg.measured << " | " << tg.verdict << " |\n";
+  return out.str();
+}
+
+}  // namespace shmsem_bench
