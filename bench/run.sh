@@ -18,7 +18,7 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$BUILD" -j"$JOBS" --target shmsem-bench
 
 # Which source was measured, for the report.
-SHMSEM_BENCH_REVISION=$(git describe --always --dirty 2>/dev/null || echo "unknown revision")
+SHMSEM_BENCH_REVISION=${SHMSEM_BENCH_REVISION:-$(git describe --always --dirty 2>/dev/null || echo "unknown revision")}
 export SHMSEM_BENCH_REVISION
 
 json="$BUILD/bench/results.json"
