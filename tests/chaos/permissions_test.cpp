@@ -1,0 +1,152 @@
+// permissions_test.cpp: segments and users. A 0600 segment is refused to
+// another user; 0660 with a shared group works across users, including
+// reaping a killed holder of another user; and a live holder owned by
+// another user is never judged dead (liveness does not come from kill(),
+// whose EPERM would otherwise look like an error). Children drop to
+// unprivileged uids with setgid/setuid after fork.
+#include <shmsem/shmsem.hpp>
+
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fault_util.hpp"
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr gid_t kSharedGroup = 64999;
+
+// Becomes `uid`, with `gid` as primary group and the supplementary groups given.
+bool become(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
+  return ::setgroups(groups.size(), groups.data()) == 0 && ::setgid(gid) == 0 &&
+         ::setuid(uid) == 0 && ::geteuid() == uid;
+}
+
+class Permissions : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  }
+};
+
+TEST_F(Permissions, Segment0600IsRefusedToAnotherUser) {
+  test::unique_key key;
+  // Created by another process: a child forked from one that has the
+  // segment open would inherit the open file, whatever its uid.
+  test::child_process creator([&] {
+    Options o;
+    o.mode = 0600;
+    Semaphore::open(key, 1, o);
+    return 0;
+  });
+  ASSERT_EQ(creator.wait(), 0);
+  struct stat st;
+  ASSERT_EQ(::stat(Semaphore::segment_path(key).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  test::child_process nobody([&] {
+    if (!become(65534, 65534)) return 10;
+    for (int i = 0; i < 3; ++i) {
+      try {
+        if (i == 0) Semaphore::open(key, 1);
+        if (i == 1) Semaphore::attach(key);
+        if (i == 2) Semaphore::remove(key);
+        ADD_FAILURE() << "call " << i << " succeeded for another user";
+      } catch (const SegmentError& e) {
+        EXPECT_EQ(e.code(), errc::permission_denied) << e.what();
+        EXPECT_EQ(e.code(), std::errc::permission_denied);
+      }
+    }
+    return 0;
+  });
+  EXPECT_EQ(nobody.wait(), 0);
+  EXPECT_TRUE(Semaphore::attach(key).acquire().is_held());  // untouched
+}
+
+TEST_F(Permissions, Segment0660IsSharedByTheGroupAndReapedAcrossUsers) {
+  test::unique_key key;
+  test::pipe_channel created, held, done;
+  // User 64001 creates the semaphore, in the shared group, mode 0660.
+  test::child_process owner([&] {
+    if (!become(64001, kSharedGroup)) return 10;
+    Options o;
+    o.mode = 0660;
+    Semaphore sem = Semaphore::open(key, 1, o);
+    created.send();
+    EXPECT_EQ(held.receive(), 'h');
+    // The other user's holder lives: its seat is not free, and not reaped.
+    EXPECT_FALSE(sem.try_acquire().has_value());
+    EXPECT_EQ(sem.reap(), 0);
+    EXPECT_EQ(sem.holders().size(), 1u);
+    if (!sem.holders().empty()) EXPECT_EQ(sem.holders()[0].state, HolderState::alive);
+    done.send('c');
+    // Then it is killed (by the parent): its seat comes to us.
+    Permit p = sem.acquire(1, {.wait_timeout = 10s});
+    return p.is_held() ? 0 : 1;
+  });
+  ASSERT_EQ(created.receive(), '.');
+  struct stat st;
+  ASSERT_EQ(::stat(Semaphore::segment_path(key).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_gid, kSharedGroup);
+  // User 64002, a member of the group through a supplementary group.
+  test::child_process member([&] {
+    if (!become(64002, 64002, {kSharedGroup})) return 10;
+    Permit p = Semaphore::attach(key).acquire();
+    held.send('h');
+    ::pause();
+    return 0;
+  });
+  EXPECT_EQ(done.receive(), 'c');
+  member.kill(SIGKILL);
+  EXPECT_EQ(owner.wait(), 0);
+  // A user outside the group is refused.
+  test::child_process outsider([&] {
+    if (!become(64003, 64003)) return 10;
+    try {
+      Semaphore::attach(key);
+    } catch (const SegmentError& e) {
+      return e.code() == errc::permission_denied ? 0 : 2;
+    }
+    return 1;
+  });
+  EXPECT_EQ(outsider.wait(), 0);
+}
+
+TEST_F(Permissions, LiveHolderOfAnotherUserIsNotTreatedAsDead) {
+  test::unique_key key;
+  Options o;
+  o.mode = 0666;
+  Semaphore sem = Semaphore::open(key, 1, o);
+  test::pipe_channel held;
+  test::child_process other([&] {
+    if (!become(64004, 64004)) return 10;
+    Permit p = Semaphore::attach(key).acquire();
+    held.send('h');
+    ::pause();
+    return 0;
+  });
+  ASSERT_EQ(held.receive(), 'h');
+  // The reaper runs as yet another unprivileged user: kill(pid, 0) would
+  // fail with EPERM for it.
+  test::child_process reaper([&] {
+    if (!become(64005, 64005)) return 10;
+    Semaphore s = Semaphore::attach(key);
+    if (s.reap() != 0) return 1;
+    if (s.try_acquire().has_value()) return 2;
+    if (s.holders().size() != 1 || s.holders()[0].state != HolderState::alive) return 3;
+    return 0;
+  });
+  EXPECT_EQ(reaper.wait(), 0);
+  EXPECT_EQ(sem.used(), 1);
+  other.kill(SIGKILL);
+  EXPECT_EQ(sem.reap(), 1);
+}
+
+}  // namespace
+}  // namespace shmsem
