@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <random>
 #include <thread>
 #include <vector>
@@ -299,6 +300,35 @@ TEST(Fleet, StressNeverExceedsTheBoundAndLeaksNothing) {
   EXPECT_EQ(st.acquired, static_cast<std::uint64_t>(w->acquired.load()));
   EXPECT_EQ(st.acquired, st.released + st.reaped + st.expired + st.force_released);
   ::munmap(page, 4096);
+}
+
+TEST(Fleet, ShutdownAllStopsEveryHandle) {
+  // Runs in a child: shutdown_all() is process-wide and permanent.
+  unique_key k;
+  test::child_process c([&] {
+    auto a = Semaphore::open(k, 1);
+    auto p = a.acquire();
+    auto f = std::async(std::launch::async, [&] {
+      try {
+        a.acquire();
+      } catch (const AcquisitionError& e) {
+        return e.reason();
+      }
+      return Reason::error;
+    });
+    if (!test::eventually([&] { return a.waiters() == 1; })) return 2;
+    shutdown_all();
+    if (f.get() != Reason::shutdown) return 3;
+    auto b = Semaphore::open(k, 1);
+    try {
+      b.acquire();
+      return 4;
+    } catch (const AcquisitionError& e) {
+      if (e.reason() != Reason::shutdown) return 5;
+    }
+    return p.is_held() ? 0 : 6;
+  });
+  EXPECT_EQ(c.wait(), 0);
 }
 
 }  // namespace

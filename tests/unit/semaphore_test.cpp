@@ -504,27 +504,5 @@ TEST(Semaphore, WithPermitReleasesEvenWhenTheWorkThrows) {
   EXPECT_EQ(s.used(), 0);
 }
 
-TEST(Semaphore, ShutdownAllStopsEveryHandle) {
-  // Runs in a child: shutdown_all() is process-wide and permanent.
-  unique_key k;
-  test::child_process c([&] {
-    auto a = Semaphore::open(k, 1);
-    auto p = a.acquire();
-    auto f = std::async(std::launch::async, [&] { return acquire_error(a, 1); });
-    if (!eventually([&] { return a.waiters() == 1; })) return 2;
-    shutdown_all();
-    if (f.get().reason() != Reason::shutdown) return 3;
-    auto b = Semaphore::open(k, 1);
-    try {
-      b.acquire();
-      return 4;
-    } catch (const AcquisitionError& e) {
-      if (e.reason() != Reason::shutdown) return 5;
-    }
-    return p.is_held() ? 0 : 6;
-  });
-  EXPECT_EQ(c.wait(), 0);
-}
-
 }  // namespace
 }  // namespace shmsem
