@@ -6,15 +6,23 @@
 #include "terminal.hpp"
 #include "view.hpp"
 
+#include <shmsem/logging.hpp>
 #include <shmsem/metrics.hpp>
 #include <shmsem/semaphore.hpp>
 #include <shmsem/version.hpp>
 
-#include <curses.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/base_sink.h>
 #include <CLI/CLI.hpp>
+
+// After spdlog: curses.h defines macros (move, erase, timeout...) that
+// could break other headers.
+#include <curses.h>
 
 #include <cmath>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 namespace {
@@ -61,6 +69,33 @@ int run_batch(const settings& s, semtop::model& m, const std::string& host) {
   return std::cout.good() ? 0 : 1;
 }
 
+// While the screen is in curses mode nothing may write to stderr, so the
+// library's log goes here instead and its latest line is shown on screen.
+class last_message_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::optional<std::string> take() {
+    std::lock_guard lock(mutex_);
+    auto m = std::move(pending_);
+    pending_.reset();
+    return m;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    pending_ = std::string(msg.payload.data(), msg.payload.size());
+  }
+  void flush_() override {}
+
+ private:
+  std::optional<std::string> pending_;
+};
+
+struct library_log_capture {
+  std::shared_ptr<last_message_sink> sink = std::make_shared<last_message_sink>();
+  library_log_capture() { shmsem::set_logger(std::make_shared<spdlog::logger>("shmsem", sink)); }
+  ~library_log_capture() { shmsem::set_logger(nullptr); }
+};
+
 std::string do_reap(const semtop::model& m) {
   int seats = 0, failed = 0;
   for (const auto& r : m.rows()) {
@@ -89,6 +124,7 @@ std::string do_drain(const std::string& key) {
 int run_interactive(const settings& s, semtop::model& m, const std::string& host) {
   semtop::terminal::install_signal_handlers();
   {
+    library_log_capture log;
     semtop::terminal term(!s.no_color);
     semtop::view v(m, host, s.readonly, term.colors(), s.interval_s);
     // Short getch() timeouts so a quit signal is seen quickly; the refresh
@@ -102,6 +138,7 @@ int run_interactive(const settings& s, semtop::model& m, const std::string& host
       if (now >= next_refresh) {
         m.update(semtop::sample_all(), now);
         next_refresh = now + interval(s);
+        if (auto msg = log.sink->take()) v.set_message("shmsem: " + *msg);
         redraw = true;
       }
       if (redraw) v.draw();
@@ -111,6 +148,7 @@ int run_interactive(const settings& s, semtop::model& m, const std::string& host
       if (res.quit) break;
       if (res.act == semtop::key_result::action::reap) v.set_message(do_reap(m));
       if (res.act == semtop::key_result::action::drain) v.set_message(do_drain(res.target));
+      if (res.act != semtop::key_result::action::none) log.sink->take();  // the message says it
       if (res.act != semtop::key_result::action::none || res.rescan) {
         next_refresh = semtop::clock::now();
       } else if (res.redraw) {

@@ -11,18 +11,20 @@
 namespace semtop {
 
 std::string describe_error(const std::exception& e) {
+  // The library's messages start with "shmsem: "; the row already says so.
+  std::string what = e.what();
+  if (what.rfind("shmsem: ", 0) == 0) what.erase(0, 8);
   const auto* err = dynamic_cast<const shmsem::Error*>(&e);
-  if (!err) return std::string("error: ") + e.what();
+  if (!err) return "error: " + what;
   const std::error_code& c = err->code();
   if (c == shmsem::errc::not_found || c == std::errc::no_such_file_or_directory) return "vanished";
   if (c == shmsem::errc::permission_denied || c == std::errc::permission_denied ||
       c == std::errc::operation_not_permitted)
     return "no permission";
-  if (c == shmsem::errc::bad_segment || c == shmsem::errc::truncated)
-    return std::string("corrupt: ") + e.what();
-  if (c == shmsem::errc::layout_mismatch) return std::string("incompatible: ") + e.what();
+  if (c == shmsem::errc::bad_segment || c == shmsem::errc::truncated) return "corrupt: " + what;
+  if (c == shmsem::errc::layout_mismatch) return "incompatible: " + what;
   if (c == shmsem::errc::busy) return "busy: being initialized";
-  return std::string("error: ") + e.what();
+  return "error: " + what;
 }
 
 sample sample_one(const std::string& key) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace semtop {
 namespace {
@@ -78,8 +79,11 @@ void view::draw() {
                 model_.filter().empty() ? "(none)" : model_.filter().c_str(), interval_s_,
                 readonly_ ? "   read-only" : "");
   put(1, 0, line2);
-  if (!message_.empty())
-    put(1, std::max(0, COLS - static_cast<int>(message_.size()) - 1), message_, A_BOLD);
+  if (!message_.empty()) {
+    const int after = static_cast<int>(std::strlen(line2)) + 3;
+    put(1, std::min(after, std::max(0, COLS - static_cast<int>(message_.size()) - 1)), message_,
+        A_BOLD);
+  }
   switch (screen_) {
     case screen::table:
       draw_table(2);

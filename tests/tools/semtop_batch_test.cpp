@@ -1,0 +1,134 @@
+// semtop's batch modes, run as a real process: --once, -n, --json (parsed
+// back) and --prometheus, against semaphores held by another process.
+#include "test_support.hpp"
+#include "tool_runner.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+namespace {
+
+using namespace std::chrono_literals;
+using shmsem::Semaphore;
+using shmsem::test::child_process;
+using shmsem::test::pipe_channel;
+using shmsem::test::run_tool;
+using shmsem::test::tool_result;
+using shmsem::test::unique_key;
+
+tool_result semtop(std::vector<std::string> args) {
+  args.insert(args.begin(), SEMTOP_BIN);
+  return run_tool(args);
+}
+
+std::string line_of(const std::string& text, const std::string& start) {
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(start, 0) == 0) return l;
+  return {};
+}
+
+// A forked child holding `n` seats until the test ends.
+struct holder {
+  pipe_channel ready, go;
+  child_process proc;
+  holder(const std::string& key, int capacity, int n)
+      : proc([this, key, capacity, n] {
+          auto sem = Semaphore::open(key, capacity);
+          auto p = sem.acquire(n);
+          ready.send();
+          go.receive(std::chrono::minutes(5));
+          return 0;
+        }) {
+    EXPECT_EQ(ready.receive(), '.');
+  }
+  ~holder() { go.send(); }
+};
+
+TEST(SemtopBatch, OnceShowsASemaphoreHeldByAnotherProcess) {
+  unique_key key;
+  holder h(key.str(), 3, 2);
+  const auto r = semtop({"--once", "--filter", key.str()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("1 semaphore"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("seats 2/3 used"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("USED/CAP"), std::string::npos) << r.out;
+  const auto row = line_of(r.out, key.str() + " ");
+  EXPECT_NE(row.find("2/3"), std::string::npos) << r.out;
+  EXPECT_NE(row.find("67%"), std::string::npos) << r.out;
+}
+
+TEST(SemtopBatch, OnceShowsACorruptSegmentAsARowAndGoesOn) {
+  unique_key good("good"), bad("bad");
+  auto sem = Semaphore::open(good, 2);
+  const int fd = ::open(Semaphore::segment_path(bad).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  const std::string junk(4096, '\x5a');
+  ASSERT_EQ(::write(fd, junk.data(), junk.size()), 4096);
+  ::close(fd);
+  const auto r = semtop({"--once", "--filter", "test." + std::to_string(::getpid()) + "."});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(line_of(r.out, bad.str() + " ").find("corrupt"), std::string::npos) << r.out;
+  EXPECT_NE(line_of(r.out, good.str() + " ").find("0/2"), std::string::npos) << r.out;
+}
+
+TEST(SemtopBatch, IterationsPrintTheTableNTimesWithRatesAfterTheFirst) {
+  unique_key key;
+  auto sem = Semaphore::open(key, 2);
+  const auto r = semtop({"-n", "2", "-d", "0.2", "--filter", key.str()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::size_t headers = 0;
+  for (auto pos = r.out.find("semtop - "); pos != std::string::npos;
+       pos = r.out.find("semtop - ", pos + 1))
+    ++headers;
+  EXPECT_EQ(headers, 2u) << r.out;
+  // The second table has a measured rate (0.0), the first only "-".
+  const auto second = r.out.substr(r.out.rfind("semtop - "));
+  EXPECT_NE(line_of(second, key.str() + " ").find("0.0"), std::string::npos) << r.out;
+}
+
+TEST(SemtopBatch, JsonParsesBackWithStatsAndHolders) {
+  unique_key key;
+  holder h(key.str(), 4, 3);
+  const auto r = semtop({"--json", "--filter", key.str()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["host"].get<std::string>().empty());
+  ASSERT_EQ(j["semaphores"].size(), 1u) << r.out;
+  const auto& s = j["semaphores"][0];
+  EXPECT_EQ(s["key"], key.str());
+  EXPECT_EQ(s["capacity"], 4);
+  EXPECT_EQ(s["used"], 3);
+  EXPECT_EQ(s["waiters"], 0);
+  EXPECT_EQ(s["stats"]["acquired"], 1);
+  EXPECT_EQ(s["stats"]["wait"]["counts"].size(), shmsem::Histogram::kBounds.size() + 1);
+  ASSERT_EQ(s["holders"].size(), 1u);
+  EXPECT_EQ(s["holders"][0]["pid"], h.proc.pid());
+  EXPECT_EQ(s["holders"][0]["weight"], 3);
+  EXPECT_EQ(s["holders"][0]["state"], "alive");
+  EXPECT_TRUE(s["holders"][0]["ttl_left_seconds"].is_null());
+}
+
+TEST(SemtopBatch, PrometheusPrintsTheExposition) {
+  unique_key key;
+  holder h(key.str(), 5, 2);
+  const auto r = semtop({"--prometheus"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("# TYPE shmsem_permits_capacity gauge"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("shmsem_permits_capacity{key=\"" + key.str() + "\"} 5"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("shmsem_permits_active{key=\"" + key.str() + "\"} 2"), std::string::npos)
+      << r.out;
+}
+
+TEST(SemtopBatch, WithoutATerminalTheInteractiveModeFailsCleanly) {
+  const auto r = semtop({});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("needs a terminal"), std::string::npos) << r.err;
+}
+
+}  // namespace

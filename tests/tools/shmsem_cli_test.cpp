@@ -1,0 +1,536 @@
+// The shmsem command-line tool, run as a real process against real
+// segments: run (status passthrough, conflicts, --skip, signals, SIGKILL,
+// the bound under many concurrent shells, lost seats), the inspection
+// commands and every admin command, gc racing an attach included.
+#include "test_support.hpp"
+#include "tool_runner.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+using namespace std::chrono_literals;
+using shmsem::Semaphore;
+using shmsem::test::child_process;
+using shmsem::test::eventually;
+using shmsem::test::pipe_channel;
+using shmsem::test::run_tool;
+using shmsem::test::running_tool;
+using shmsem::test::tool_result;
+using shmsem::test::unique_key;
+
+tool_result shmsem_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), SHMSEM_BIN);
+  return run_tool(args);
+}
+
+std::vector<std::string> run_args(const unique_key& key, std::vector<std::string> extra,
+                                  std::vector<std::string> command) {
+  std::vector<std::string> a = {SHMSEM_BIN, "run", key.str()};
+  a.insert(a.end(), extra.begin(), extra.end());
+  a.push_back("--");
+  a.insert(a.end(), command.begin(), command.end());
+  return a;
+}
+
+// A scratch directory removed with its contents at the end of the test.
+struct scratch_dir {
+  std::string path;
+  scratch_dir() {
+    char tmpl[] = "/tmp/shmsem-cli-test.XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~scratch_dir() { run_tool({"rm", "-rf", path}); }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+bool exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
+
+void write_junk_segment(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0) << path;
+  std::string junk(4096, '\0');
+  for (std::size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>(i * 131 + 7);
+  ASSERT_EQ(::write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+  ::close(fd);
+}
+
+// A forked child that holds `n` seats of `key` until told to go (or killed).
+struct holder {
+  pipe_channel ready, go;
+  child_process proc;
+  holder(const std::string& key, int capacity, int n)
+      : proc([this, key, capacity, n] {
+          auto sem = Semaphore::open(key, capacity);
+          auto p = sem.acquire(n);
+          ready.send('h');
+          go.receive(std::chrono::minutes(5));
+          ready.send(p.is_held() ? 'y' : 'n');
+          return 0;
+        }) {
+    EXPECT_EQ(ready.receive(), 'h');
+  }
+  // Lets the child finish; returns whether it still held its seats.
+  bool finish() {
+    go.send();
+    const bool held = ready.receive() == 'y';
+    EXPECT_EQ(proc.wait(), 0);
+    return held;
+  }
+};
+
+// ------------------------------------------------------------------ run
+
+TEST(ShmsemRun, ExitsWithTheCommandsStatusAndReleasesTheSeat) {
+  unique_key key;
+  const auto r = run_tool(run_args(key, {"-p", "2"}, {"sh", "-c", "exit 7"}));
+  EXPECT_EQ(r.status, 7) << r.err;
+  auto sem = Semaphore::attach(key);
+  EXPECT_EQ(sem.capacity(), 2);
+  EXPECT_EQ(sem.used(), 0);
+  EXPECT_EQ(sem.stats().acquired, 1u);
+  EXPECT_EQ(sem.stats().released, 1u);
+}
+
+TEST(ShmsemRun, ReportsACommandKilledBySignalAs128PlusSignal) {
+  unique_key key;
+  const auto r = run_tool(run_args(key, {"-p", "1"}, {"sh", "-c", "kill -USR1 $$"}));
+  EXPECT_EQ(r.status, 128 + SIGUSR1) << r.err;
+}
+
+TEST(ShmsemRun, HoldsTheSeatsWhileTheCommandRuns) {
+  unique_key key;
+  running_tool t(run_args(key, {"-p", "3", "-n", "2"}, {"sh", "-c", "echo ready; read x; exit 0"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  auto sem = Semaphore::attach(key);
+  EXPECT_EQ(sem.used(), 2);
+  const auto holders = sem.holders();
+  ASSERT_EQ(holders.size(), 1u);
+  EXPECT_EQ(holders[0].pid, t.pid());
+  EXPECT_EQ(holders[0].weight, 2);
+  t.close_stdin();
+  EXPECT_EQ(t.wait(), 0);
+  EXPECT_EQ(sem.used(), 0);
+}
+
+TEST(ShmsemRun, ExitsWithTheConflictCodeAndDoesNotRunWhenNoSeatIsFree) {
+  unique_key key;
+  scratch_dir dir;
+  auto sem = Semaphore::open(key, 1);
+  auto p = sem.acquire();
+  const std::string marker = dir / "ran";
+  auto r = run_tool(run_args(key, {"--nonblock"}, {"touch", marker}));
+  EXPECT_EQ(r.status, 1);
+  r = run_tool(run_args(key, {"--nonblock", "-E", "75"}, {"touch", marker}));
+  EXPECT_EQ(r.status, 75);
+  r = run_tool(run_args(key, {"-w", "200ms", "-E", "9"}, {"touch", marker}));
+  EXPECT_EQ(r.status, 9);
+  EXPECT_FALSE(exists(marker));
+  EXPECT_EQ(sem.stats().timeouts, 1u);
+  p.release();
+  r = run_tool(run_args(key, {"--nonblock"}, {"touch", marker}));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(exists(marker));
+}
+
+TEST(ShmsemRun, SkipExitsZeroWithoutRunning) {
+  unique_key key;
+  scratch_dir dir;
+  auto sem = Semaphore::open(key, 1);
+  auto p = sem.acquire();
+  const auto r = run_tool(run_args(key, {"--nonblock", "--skip"}, {"touch", dir / "ran"}));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(exists(dir / "ran"));
+}
+
+TEST(ShmsemRun, RefusesAMissingKeyWithoutPermits) {
+  unique_key key;
+  const auto r = run_tool(run_args(key, {}, {"true"}));
+  EXPECT_EQ(r.status, 3) << r.err;
+}
+
+TEST(ShmsemRun, MissingCommandExits127) {
+  unique_key key;
+  const auto r = run_tool(run_args(key, {"-p", "1"}, {"/nonexistent/shmsem-no-such-command"}));
+  EXPECT_EQ(r.status, 127);
+  EXPECT_NE(r.err.find("shmsem-no-such-command"), std::string::npos) << r.err;
+  EXPECT_EQ(Semaphore::attach(key).used(), 0);
+}
+
+class ShmsemRunSignals : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmsemRunSignals, ForwardsTheSignalToTheCommand) {
+  const int sig = GetParam();
+  unique_key key;
+  const std::string name = sig == SIGINT ? "INT" : sig == SIGTERM ? "TERM" : "HUP";
+  // The trap proves the command got the signal; exit 42 proves its status
+  // came back through shmsem run.
+  running_tool t(run_args(key, {"-p", "1"},
+                          {"sh", "-c",
+                           "trap 'echo got " + name + "; exit 42' " + name +
+                               "; echo ready; while :; do sleep 0.05; done"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  t.kill(sig);
+  EXPECT_EQ(t.read_line(), "got " + name);
+  EXPECT_EQ(t.wait(), 42) << t.stderr_text();
+  EXPECT_EQ(Semaphore::attach(key).used(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, ShmsemRunSignals, ::testing::Values(SIGINT, SIGTERM, SIGHUP));
+
+TEST(ShmsemRun, SeatOfAKilledRunIsReclaimedAndItsCommandDies) {
+  unique_key key;
+  running_tool t(run_args(key, {"-p", "1"}, {"sh", "-c", "echo $$; exec sleep 600"}));
+  const pid_t command = std::stoi(t.read_line());
+  auto sem = Semaphore::attach(key);
+  ASSERT_EQ(sem.used(), 1);
+  EXPECT_FALSE(sem.try_acquire().has_value());
+  t.kill(SIGKILL);
+  EXPECT_EQ(t.wait(), 128 + SIGKILL);
+  std::optional<shmsem::Permit> p;
+  EXPECT_TRUE(eventually([&] { return (p = sem.try_acquire()).has_value(); }, 30s));
+  EXPECT_GE(sem.stats().reaped, 1u);
+  // The command must not run on without a seat.
+  EXPECT_TRUE(eventually([&] {
+    std::ifstream stat("/proc/" + std::to_string(command) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return true;
+    const auto close = line.rfind(')');
+    return close != std::string::npos && line.size() > close + 2 && line[close + 2] == 'Z';
+  }));
+}
+
+TEST(ShmsemRun, ManyConcurrentShellsNeverExceedTheCapacity) {
+  unique_key key;
+  scratch_dir dir;
+  constexpr int kShells = 10, kCapacity = 3;
+  ASSERT_EQ(::mkdir((dir / "in").c_str(), 0700), 0);
+  // Each command registers itself in in/, counts who is in there, and
+  // leaves. A count above the capacity means two more commands ran at once
+  // than the semaphore allows.
+  const std::string body = "mkdir " + dir / "in" + "/$$ && ls " + dir / "in" + " | wc -l >> " +
+                           dir / "counts" + " && sleep 0.1 && rmdir " + dir / "in" + "/$$";
+  std::vector<std::unique_ptr<running_tool>> shells;
+  for (int i = 0; i < kShells; ++i) {
+    const std::string cmd = std::string(SHMSEM_BIN) + " run " + key.str() + " -p " +
+                            std::to_string(kCapacity) + " -- sh -c '" + body + "'";
+    shells.push_back(std::make_unique<running_tool>(std::vector<std::string>{"sh", "-c", cmd}));
+  }
+  for (auto& s : shells) EXPECT_EQ(s->wait(), 0) << s->stderr_text();
+  std::ifstream counts(dir / "counts");
+  int n = 0, most = 0;
+  for (int c; counts >> c; ++n) most = std::max(most, c);
+  EXPECT_EQ(n, kShells);
+  EXPECT_GE(most, 1);
+  EXPECT_LE(most, kCapacity);
+  auto sem = Semaphore::attach(key);
+  EXPECT_EQ(sem.used(), 0);
+  EXPECT_EQ(sem.stats().acquired, static_cast<std::uint64_t>(kShells));
+}
+
+TEST(ShmsemRun, WarnsOnStderrWhenTheSeatIsLostWhileTheCommandRuns) {
+  unique_key key;
+  running_tool t(run_args(key, {"-p", "1"}, {"sh", "-c", "echo ready; read x; exit 0"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  auto sem = Semaphore::attach(key);
+  EXPECT_EQ(sem.force_release_all(), 1);
+  EXPECT_TRUE(t.wait_stderr("seat was lost", 30s)) << t.stderr_text();
+  t.close_stdin();
+  EXPECT_EQ(t.wait(), 0);
+}
+
+TEST(ShmsemRun, AnExpiredTtlIsReportedAsALostSeat) {
+  unique_key key;
+  running_tool t(
+      run_args(key, {"-p", "1", "--ttl", "100ms"}, {"sh", "-c", "echo ready; read x; exit 0"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  EXPECT_TRUE(t.wait_stderr("seat was lost", 30s)) << t.stderr_text();
+  t.close_stdin();
+  EXPECT_EQ(t.wait(), 0);
+}
+
+TEST(ShmsemRun, AutoRenewKeepsAShortTtlAlive) {
+  unique_key key;
+  running_tool t(run_args(key, {"-p", "1", "--ttl", "200ms", "--auto-renew"},
+                          {"sh", "-c", "echo ready; sleep 1; echo done"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  EXPECT_EQ(t.read_line(), "done");
+  EXPECT_EQ(t.wait(), 0);
+  EXPECT_EQ(t.stderr_text().find("lost"), std::string::npos) << t.stderr_text();
+  EXPECT_EQ(Semaphore::attach(key).stats().expired, 0u);
+}
+
+TEST(ShmsemRun, BadDurationIsAUsageError) {
+  unique_key key;
+  EXPECT_EQ(run_tool(run_args(key, {"-p", "1", "-w", "soon"}, {"true"})).status, 2);
+  EXPECT_EQ(run_tool(run_args(key, {"-p", "1", "--auto-renew"}, {"true"})).status, 2);
+}
+
+// -------------------------------------------------------------- inspect
+
+TEST(ShmsemInspect, LsShowsEachSemaphoreAndACorruptOne) {
+  unique_key a("a"), bad("bad");
+  auto sem = Semaphore::open(a, 4);
+  auto p = sem.acquire(3);
+  write_junk_segment(Semaphore::segment_path(bad));
+  const auto r = shmsem_cli({"ls"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::string a_line, bad_line;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind(a.str() + " ", 0) == 0) a_line = l;
+    if (l.rfind(bad.str() + " ", 0) == 0) bad_line = l;
+  }
+  EXPECT_NE(a_line.find("3/4"), std::string::npos) << r.out;
+  EXPECT_NE(bad_line.find("corrupt"), std::string::npos) << r.out;
+}
+
+TEST(ShmsemInspect, LsJsonParsesBack) {
+  unique_key a;
+  auto sem = Semaphore::open(a, 5);
+  auto p = sem.acquire(2);
+  const auto r = shmsem_cli({"ls", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  bool found = false;
+  for (const auto& s : j)
+    if (s["key"] == a.str()) {
+      found = true;
+      EXPECT_EQ(s["capacity"], 5);
+      EXPECT_EQ(s["used"], 2);
+      EXPECT_EQ(s["holders"][0]["pid"], ::getpid());
+    }
+  EXPECT_TRUE(found) << r.out;
+}
+
+TEST(ShmsemInspect, InfoShowsCountersAndHolders) {
+  unique_key key;
+  holder h(key.str(), 3, 2);
+  auto r = shmsem_cli({"info", key.str()});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("capacity:        3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("used:            2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::to_string(h.proc.pid())), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("alive"), std::string::npos) << r.out;
+  r = shmsem_cli({"info", key.str(), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["capacity"], 3);
+  EXPECT_EQ(j["holders"].size(), 1u);
+  EXPECT_EQ(j["holders"][0]["pid"], h.proc.pid());
+  EXPECT_EQ(j["holders"][0]["weight"], 2);
+  EXPECT_EQ(j["holders"][0]["state"], "alive");
+  EXPECT_EQ(j["stats"]["acquired"], 1);
+  EXPECT_TRUE(h.finish());
+}
+
+TEST(ShmsemInspect, InfoExitCodesForMissingAndCorruptSegments) {
+  unique_key missing, bad;
+  EXPECT_EQ(shmsem_cli({"info", missing.str()}).status, 3);
+  write_junk_segment(Semaphore::segment_path(bad));
+  const auto r = shmsem_cli({"info", bad.str()});
+  EXPECT_EQ(r.status, 4) << r.out << r.err;
+}
+
+TEST(ShmsemInspect, MetricsPrintsAndWritesTheExposition) {
+  unique_key key;
+  scratch_dir dir;
+  auto sem = Semaphore::open(key, 7);
+  auto r = shmsem_cli({"metrics"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string series = "shmsem_permits_capacity{key=\"" + key.str() + "\"} 7";
+  EXPECT_NE(r.out.find(series), std::string::npos) << r.out;
+  r = shmsem_cli({"metrics", "--textfile", dir / "shmsem.prom"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream f(dir / "shmsem.prom");
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_NE(text.str().find(series), std::string::npos) << text.str();
+}
+
+// ---------------------------------------------------------------- admin
+
+TEST(ShmsemAdmin, CreateSetsCapacityAndMode) {
+  unique_key key;
+  auto r = shmsem_cli({"create", key.str(), "-p", "6", "--mode", "0660"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(Semaphore::attach(key).capacity(), 6);
+  struct stat st {};
+  ASSERT_EQ(::stat(Semaphore::segment_path(key).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(shmsem_cli({"create", key.str(), "-p", "6"}).status, 0);
+  r = shmsem_cli({"create", key.str(), "-p", "9"});
+  EXPECT_EQ(r.status, 5);
+  EXPECT_NE(r.err.find("resize"), std::string::npos) << r.err;
+  EXPECT_EQ(shmsem_cli({"create", key.str(), "-p", "1", "--mode", "rw"}).status, 2);
+}
+
+TEST(ShmsemAdmin, ResizeChangesTheCapacity) {
+  unique_key key;
+  auto sem = Semaphore::open(key, 2);
+  auto r = shmsem_cli({"resize", key.str(), "5"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("2 -> 5"), std::string::npos) << r.out;
+  EXPECT_EQ(sem.capacity(), 5);
+  EXPECT_EQ(shmsem_cli({"resize", key.str(), "0"}).status, 2);
+}
+
+TEST(ShmsemAdmin, DrainFreesEverySeatAndCountsLiveHolders) {
+  unique_key key;
+  holder h1(key.str(), 4, 1), h2(key.str(), 4, 2);
+  const auto r = shmsem_cli({"drain", key.str()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("2 live holder leases displaced"), std::string::npos) << r.out;
+  EXPECT_EQ(Semaphore::attach(key).used(), 0);
+  EXPECT_FALSE(h1.finish());
+  EXPECT_FALSE(h2.finish());
+}
+
+TEST(ShmsemAdmin, ReapReclaimsASigkilledHoldersSeats) {
+  unique_key key;
+  holder h(key.str(), 2, 2);
+  // Stay attached: a process that attaches to a segment nobody else has
+  // open recovers it (reaping the dead) by itself, which would leave
+  // nothing for the command to do.
+  auto sem = Semaphore::attach(key);
+  h.proc.kill(SIGKILL);
+  ASSERT_EQ(sem.holders().size(), 1u);
+  EXPECT_EQ(sem.holders()[0].state, shmsem::HolderState::dead);
+  const auto r = shmsem_cli({"reap", key.str()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("reaped 2 seats"), std::string::npos) << r.out;
+  EXPECT_EQ(sem.used(), 0);
+  EXPECT_EQ(sem.stats().reaped, 1u);
+}
+
+TEST(ShmsemAdmin, WaitIdleTimesOutWhileHeldAndReturnsOnceFree) {
+  unique_key key;
+  auto sem = Semaphore::open(key, 1);
+  auto p = sem.acquire();
+  EXPECT_EQ(shmsem_cli({"wait-idle", key.str(), "-w", "200ms"}).status, 1);
+  running_tool waiter({SHMSEM_BIN, "wait-idle", key.str(), "-w", "60s"});
+  p.release();
+  EXPECT_EQ(waiter.wait(), 0) << waiter.stderr_text();
+}
+
+TEST(ShmsemAdmin, RmRemovesAndReportsAMissingKey) {
+  unique_key key;
+  { Semaphore::open(key, 1); }
+  EXPECT_EQ(shmsem_cli({"rm", key.str()}).status, 0);
+  EXPECT_FALSE(exists(Semaphore::segment_path(key)));
+  EXPECT_EQ(shmsem_cli({"rm", key.str()}).status, 3);
+}
+
+std::string own_prefix() {
+  return "test." + std::to_string(::getpid()) + ".";
+}
+
+TEST(ShmsemAdmin, GcRemovesOnlySegmentsNoLiveProcessUses) {
+  unique_key unused("unused"), held("held"), attached("attached");
+  ASSERT_EQ(shmsem_cli({"create", unused.str(), "-p", "1"}).status, 0);
+  holder h(held.str(), 2, 1);
+  ASSERT_EQ(shmsem_cli({"create", attached.str(), "-p", "1"}).status, 0);
+  // A process that has the semaphore attached but holds nothing.
+  pipe_channel ready, go;
+  child_process idle([&] {
+    auto sem = Semaphore::attach(attached);
+    ready.send();
+    go.receive(std::chrono::minutes(5));
+    return sem.capacity() == 1 ? 0 : 1;
+  });
+  ASSERT_EQ(ready.receive(), '.');
+
+  auto r = shmsem_cli({"gc", "--dry-run", "--prefix", own_prefix()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("would remove " + unused.str()), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("would remove " + held.str()), std::string::npos) << r.out;
+  EXPECT_TRUE(exists(Semaphore::segment_path(unused)));
+
+  r = shmsem_cli({"gc", "--prefix", own_prefix()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("removed " + unused.str()), std::string::npos) << r.out;
+  EXPECT_FALSE(exists(Semaphore::segment_path(unused)));
+  EXPECT_TRUE(exists(Semaphore::segment_path(held)));
+  EXPECT_TRUE(exists(Semaphore::segment_path(attached)));
+  go.send();
+  EXPECT_EQ(idle.wait(), 0);
+  EXPECT_TRUE(h.finish());
+}
+
+TEST(ShmsemAdmin, GcRacingAnAttachNeverRemovesASegmentInUse) {
+  // Each round: an unused semaphore, then a child that attaches and takes a
+  // seat while gc runs. Either gc removed the name first (the child's
+  // attach fails, nothing is lost) or the child's seat must still be
+  // visible under the name afterwards: gc must never unlink a segment that
+  // a process had attached.
+  int removed_first = 0, attached_first = 0;
+  for (int round = 0; round < 15; ++round) {
+    unique_key key(std::to_string(round));
+    ASSERT_EQ(shmsem_cli({"create", key.str(), "-p", "1"}).status, 0);
+    pipe_channel go, result, done;
+    child_process c([&] {
+      go.receive();
+      try {
+        auto sem = Semaphore::attach(key);
+        auto p = sem.acquire();
+        result.send('h');
+        done.receive(std::chrono::minutes(5));
+        return 0;
+      } catch (const shmsem::SegmentError& e) {
+        result.send(e.code() == shmsem::errc::not_found ? 'g' : 'e');
+        return 0;
+      }
+    });
+    running_tool gc({SHMSEM_BIN, "gc", "--prefix", key.str()});
+    go.send();
+    const char what = result.receive();
+    EXPECT_EQ(gc.wait(), 0) << gc.stderr_text();
+    if (what == 'h') {
+      ++attached_first;
+      // The child holds its seat: the named segment must be the one it holds.
+      try {
+        EXPECT_EQ(Semaphore::attach(key).used(), 1) << "round " << round;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "round " << round << ": gc removed a segment in use: " << e.what();
+      }
+    } else {
+      EXPECT_EQ(what, 'g') << "round " << round;
+      ++removed_first;
+    }
+    done.send();
+    EXPECT_EQ(c.wait(), 0);
+  }
+  std::cout << "gc first: " << removed_first << ", attach first: " << attached_first << "\n";
+}
+
+TEST(ShmsemCommands, EveryCommandHasHelp) {
+  for (const char* cmd : {"run", "ls", "info", "metrics", "create", "resize", "drain", "reap",
+                          "wait-idle", "rm", "gc"}) {
+    const auto r = shmsem_cli({cmd, "--help"});
+    EXPECT_EQ(r.status, 0) << cmd;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << cmd << ": " << r.out;
+  }
+  const auto r = shmsem_cli({"--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("Exit codes"), std::string::npos) << r.out;
+}
+
+TEST(ShmsemCommands, UnknownCommandOrMissingArgumentIsAUsageError) {
+  EXPECT_EQ(shmsem_cli({"frobnicate"}).status, 2);
+  EXPECT_EQ(shmsem_cli({"create"}).status, 2);
+  EXPECT_EQ(shmsem_cli({}).status, 2);
+}
+
+}  // namespace
