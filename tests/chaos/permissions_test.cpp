@@ -83,7 +83,9 @@ TEST_F(Permissions, Segment0660IsSharedByTheGroupAndReapedAcrossUsers) {
     EXPECT_FALSE(sem.try_acquire().has_value());
     EXPECT_EQ(sem.reap(), 0);
     EXPECT_EQ(sem.holders().size(), 1u);
-    if (!sem.holders().empty()) EXPECT_EQ(sem.holders()[0].state, HolderState::alive);
+    if (!sem.holders().empty()) {
+      EXPECT_EQ(sem.holders()[0].state, HolderState::alive);
+    }
     done.send('c');
     // Then it is killed (by the parent): its seat comes to us.
     Permit p = sem.acquire(1, {.wait_timeout = 10s});
