@@ -97,18 +97,6 @@ int rm(const std::string& key) {
   return kNotFound;
 }
 
-// Semaphore::remove_if_unused() decides "unused" inside the library, safely
-// against a process that attaches at the same moment. Found through a
-// template so that this file also builds against a library without it.
-template <class S>
-bool remove_if_unused(const std::string& key) {
-  if constexpr (requires { S::remove_if_unused(std::string_view{}); }) {
-    return S::remove_if_unused(key);
-  } else {
-    throw std::runtime_error("gc needs Semaphore::remove_if_unused, missing from this library");
-  }
-}
-
 int gc(bool dry_run, const std::string& prefix) {
   int removed = 0, kept = 0, rc = kOk;
   for (const auto& key : shmsem::Semaphore::list()) {
@@ -126,7 +114,9 @@ int gc(bool dry_run, const std::string& prefix) {
         }
         continue;
       }
-      if (remove_if_unused<shmsem::Semaphore>(key)) {
+      // The library decides "unused" (no process attached, holding or
+      // waiting), safely against a process that attaches at this moment.
+      if (shmsem::Semaphore::remove_if_unused(key)) {
         std::printf("removed %s\n", key.c_str());
         ++removed;
       } else {
