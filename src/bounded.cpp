@@ -17,7 +17,8 @@ void UnavailablePolicy::apply(std::string_view key, const AcquisitionError& erro
                               bool error_is_current) const {
   if (mode_ == OnUnavailable::skip) return;
   if (map_) map_(key, error.reason());  // throws the caller's own error
-  if (error_is_current) throw;
+  // Called from the handler of `error`: rethrow the original object as is.
+  if (error_is_current) std::rethrow_exception(std::current_exception());
   throw error;
 }
 
@@ -99,10 +100,10 @@ void unformattable_arguments(std::string_view text) {
                               "' names an argument that is missing or cannot be formatted");
 }
 
-void warn_fail_open(std::string_view key, std::exception_ptr cause) noexcept {
+void warn_fail_open(std::string_view key, const std::exception_ptr& cause) noexcept {
   static std::mutex mu;
-  static auto* warned = new std::unordered_set<std::string>();  // leaked: usable at exit
   try {
+    static auto* warned = new std::unordered_set<std::string>();  // leaked: usable at exit
     {
       std::lock_guard lk(mu);
       if (!warned->emplace(key).second) return;
@@ -122,7 +123,7 @@ void warn_fail_open(std::string_view key, std::exception_ptr cause) noexcept {
   }
 }
 
-AcquisitionError unopenable(std::string_view key, std::exception_ptr cause) {
+AcquisitionError unopenable(std::string_view key, const std::exception_ptr& cause) {
   if (shutdown_requested())
     return AcquisitionError(Reason::shutdown,
                             "semaphore '" + std::string(key) + "': shutdown() was called", cause);

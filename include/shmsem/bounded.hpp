@@ -140,11 +140,11 @@ SHMSEM_API std::string format_key(std::string_view text, fmt::format_args args);
 [[noreturn]] SHMSEM_API void unformattable_arguments(std::string_view text);
 
 /// Logs the fail-open warning for `key`, once per key per process.
-SHMSEM_API void warn_fail_open(std::string_view key, std::exception_ptr cause) noexcept;
+SHMSEM_API void warn_fail_open(std::string_view key, const std::exception_ptr& cause) noexcept;
 
 /// The AcquisitionError for a segment that could not be opened under
 /// fail_closed (Reason::error, or Reason::shutdown after shutdown()).
-SHMSEM_API AcquisitionError unopenable(std::string_view key, std::exception_ptr cause);
+SHMSEM_API AcquisitionError unopenable(std::string_view key, const std::exception_ptr& cause);
 
 // Parameter types of a callable with one non-template call signature.
 template <class T, class = void>
