@@ -139,10 +139,11 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::uint32_t> lease_hwm;     // slots [0, hwm) have been handed out at least once
   std::atomic<std::int64_t>
       earliest_expiry_ns;  // lower bound of every lease expiry; INT64_MAX: none
-  // Time-based EWMA of used/capacity: value `ewma` at time `ewma_ns`, with
-  // the utilization level `ewma_level` holding since then.
+  // Time-based EWMA of used/capacity: value `ewma` at time `ewma_ns`; the
+  // level since then is the current used/capacity, because every change of
+  // either first advances the average to its own time.
   std::atomic<double> ewma;
-  std::atomic<double> ewma_level;
+  std::uint64_t reserved1;
   std::atomic<std::int64_t> ewma_ns;
   std::atomic<std::uint32_t> idle_seq;      // futex word bumped when used drops to 0
   std::atomic<std::uint32_t> idle_waiters;  // wait_idle() callers (hint for waking)

@@ -133,7 +133,6 @@ void Permit::release() {
   int used_after = 0;
   bool detach = false;
   const bool held = end_permit(*a, slot_, id_, why, used_after, detach);
-  const std::int64_t held_ns = std::chrono::nanoseconds(clock::now() - acquired_at_).count();
   std::string message;
   if (!held)
     message = "shmsem: permit " + std::to_string(id_) + " of '" + a->key +
@@ -143,7 +142,7 @@ void Permit::release() {
     try {
       if (held)
         observer_->on_release(ReleaseEvent{a->key, a->hdr->capacity.load(), weight_, used_after,
-                                           id_, std::chrono::nanoseconds(held_ns)});
+                                           id_, clock::now() - acquired_at_});
       else if (!why.other_process)
         observer_->on_lost(a->key, id_, why.describe());
     } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -107,12 +108,22 @@ void throw_segment_errno(const std::string& path, const std::string& what, int e
   throw SegmentError(make_error_code(code), "shmsem: " + what + " " + path + ": " + why);
 }
 
+namespace {
+// The bucket bounds in nanoseconds, so the hot path compares integers.
+constexpr auto kBoundsNs = [] {
+  std::array<std::int64_t, Histogram::kBounds.size()> out{};
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::int64_t>(Histogram::kBounds[i] * 1e9 + 0.5);
+  return out;
+}();
+}  // namespace
+
 void record_histogram(shared_histogram& h, std::int64_t ns) {
-  const double s = static_cast<double>(ns) / 1e9;
+  if (ns < 0) ns = 0;
   std::size_t b = 0;
-  while (b < Histogram::kBounds.size() && s > Histogram::kBounds[b]) ++b;
+  while (b < kBoundsNs.size() && ns > kBoundsNs[b]) ++b;
   add(h.counts[b], 1);
-  add(h.sum_ns, ns < 0 ? 0 : ns);
+  add(h.sum_ns, ns);
 }
 
 std::string loss::describe() const {
@@ -582,20 +593,13 @@ void attachment::ewma_advance(std::int64_t now) {
 double attachment::ewma_now(std::int64_t now) const {
   const std::int64_t t = hdr->ewma_ns.load(std::memory_order_relaxed);
   const double v = hdr->ewma.load(std::memory_order_relaxed);
-  const double level = hdr->ewma_level.load(std::memory_order_relaxed);
+  const double level = static_cast<double>(hdr->used.load(std::memory_order_relaxed)) /
+                       hdr->capacity.load(std::memory_order_relaxed);
   if (now <= t) return v;
   constexpr double kHalfLifeNs = std::chrono::nanoseconds(kEwmaHalfLife).count();
   const double decay = std::exp2(-static_cast<double>(now - t) / kHalfLifeNs);
   return level + (v - level) * decay;
 }
-
-namespace {
-inline void set_level(segment_header* h) {
-  const std::int32_t cap = h->capacity.load(std::memory_order_relaxed);
-  h->ewma_level.store(static_cast<double>(h->used.load(std::memory_order_relaxed)) / cap,
-                      std::memory_order_relaxed);
-}
-}  // namespace
 
 std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t ttl_ms,
                                 std::int64_t now, std::uint64_t& id) {
@@ -624,7 +628,6 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
   if (expires != kNoExpiry && expires < hdr->earliest_expiry_ns.load(std::memory_order_relaxed))
     hdr->earliest_expiry_ns.store(expires, std::memory_order_relaxed);
   l.id.store(id, std::memory_order_release);
-  set_level(hdr);
   return slot;
 }
 
@@ -666,7 +669,6 @@ void attachment::end_lease(std::uint32_t slot, lost_reason reason, std::int64_t 
       break;
   }
   if (reason != kLostReleased) add(hdr->stats.reclaimed_seats, weight);
-  set_level(hdr);
   if (hdr->used.load(std::memory_order_relaxed) == 0 &&
       hdr->idle_waiters.load(std::memory_order_relaxed) > 0) {
     hdr->idle_seq.fetch_add(1, std::memory_order_release);
@@ -852,6 +854,7 @@ bool attachment::reap_needed(std::int64_t now) const {
 }
 
 void attachment::wake(const wake_list& wakes) {
+  if (wakes.empty()) return;
   wakes.for_each([this](std::uint32_t w) { sys::futex_wake(&waiters[w].seq, 1); });
   if (wakes.idle) sys::futex_wake(&hdr->idle_seq, INT_MAX);
 }

@@ -44,7 +44,7 @@ class wake_list {
     else
       more_.push_back(waiter);
   }
-  bool empty() const { return n_ == 0; }
+  bool empty() const { return n_ == 0 && !idle; }
   template <class F>
   void for_each(F&& f) const {
     for (std::size_t i = 0; i < n_; ++i) f(inline_[i]);

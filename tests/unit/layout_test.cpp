@@ -29,7 +29,6 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(segment_header, lease_hwm), 408u);
   EXPECT_EQ(offsetof(segment_header, earliest_expiry_ns), 416u);
   EXPECT_EQ(offsetof(segment_header, ewma), 424u);
-  EXPECT_EQ(offsetof(segment_header, ewma_level), 432u);
   EXPECT_EQ(offsetof(segment_header, ewma_ns), 440u);
   EXPECT_EQ(offsetof(segment_header, idle_seq), 448u);
   EXPECT_EQ(offsetof(segment_header, idle_waiters), 452u);
