@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <sstream>
 #include <vector>
 
 namespace {
@@ -180,6 +182,20 @@ TEST(SemtopModel, FormatsAgesRatesAndBars) {
   EXPECT_EQ(semtop::util_bar(0.5, 10), "[#####     ]");
   EXPECT_EQ(semtop::util_bar(1.7, 4), "[####]");
   EXPECT_EQ(semtop::util_bar(0.0, 3, false), "   ");
+}
+
+TEST(SemtopModel, PrintableEscapesControlCharactersOnly) {
+  EXPECT_EQ(semtop::printable("plain.key-1"), "plain.key-1");
+  EXPECT_EQ(semtop::printable("a\nb\tc\rd"), "a\\nb\\tc\\rd");
+  EXPECT_EQ(semtop::printable("\x1b[2J\x7f"), "\\x1b[2J\\x7f");
+  EXPECT_EQ(semtop::printable("\xc3\xa9 \xe6\x97\xa5"), "\xc3\xa9 \xe6\x97\xa5");  // UTF-8 stays
+  semtop::model m;
+  m.update({make("two\nlines", 0, 1)}, clock::now());
+  std::ostringstream out;
+  semtop::print_table(out, m, "host", false);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("two\\nlines"), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
 }
 
 TEST(SemtopModel, SampleOneReadsARealSemaphore) {

@@ -58,13 +58,35 @@ nlohmann::json stats_json(const shmsem::Stats& s) {
 
 }  // namespace
 
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != 0x7f) {
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 row_cells column_titles() {
   return {"KEY", "USED/CAP", "WAIT", "UTIL%", "EWMA", "ACQ/s", "TMO/s", "DEAD/EXP", "OLDEST"};
 }
 
 row_cells cells(const row& r) {
   row_cells c;
-  c.key = r.key;
+  c.key = printable(r.key);
   if (!r.snap) return c;
   const auto& s = *r.snap;
   c.used_cap = std::to_string(s.used) + "/" + std::to_string(s.capacity);
@@ -148,7 +170,7 @@ void print_table(std::ostream& out, const model& m, const std::string& host, boo
   const auto rows = m.rows();
   if (with_header) out << header_line(m.sum(), host) << " - sort " << to_string(m.sort()) << "\n";
   std::size_t kw = 3;
-  for (const auto& r : rows) kw = std::max(kw, r.key.size());
+  for (const auto& r : rows) kw = std::max(kw, printable(r.key).size());
   const auto t = column_titles();
   constexpr int kBar = 20;
   pad_right(out, t.key, kw);
@@ -176,7 +198,7 @@ void print_table(std::ostream& out, const model& m, const std::string& host, boo
     pad_right(out, c.key, kw);
     out << ' ';
     if (!r.ok()) {
-      out << r.error << "\n";
+      out << printable(r.error) << "\n";
       continue;
     }
     pad_left(out, c.used_cap, 11);
@@ -205,9 +227,9 @@ void print_info(std::ostream& out, const row& r, clock::time_point now) {
     out << value << "\n";
   };
   auto num = [](std::uint64_t v) { return std::to_string(v); };
-  field("key", r.key);
+  field("key", printable(r.key));
   if (!r.ok()) {
-    field("error", r.error);
+    field("error", printable(r.error));
     return;
   }
   const auto& s = *r.snap;

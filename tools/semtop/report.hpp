@@ -9,9 +9,15 @@
 
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace semtop {
+
+/// `text` safe to print on a terminal: control characters (a key may hold
+/// any byte but NUL) become \n, \t, \r or \xHH, so a key can neither break
+/// a table nor send escape sequences to the operator's terminal.
+std::string printable(std::string_view text);
 
 /// The text of one table row, column by column.
 struct row_cells {

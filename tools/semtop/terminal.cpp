@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <clocale>
 #include <csignal>
 #include <cstdlib>
 #include <exception>
@@ -56,6 +57,7 @@ void terminal::install_signal_handlers() {
 terminal::terminal(bool color) {
   if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))
     throw std::runtime_error("semtop needs a terminal; use --once, -n, --json or --prometheus");
+  std::setlocale(LC_CTYPE, "");  // UTF-8 keys draw as text, not as M- sequences
   if (!initscr()) throw std::runtime_error("cannot initialize the terminal");
   g_in_curses = 1;
   cbreak();  // not raw(): Ctrl-C and Ctrl-Z still make signals

@@ -23,10 +23,12 @@ constexpr int kUsedCapW = 11, kWaitW = 5, kPctW = 5, kEwmaW = 5, kRateW = 7, kRe
 constexpr int kFixedW =
     kUsedCapW + kWaitW + kPctW + kEwmaW + 2 * kRateW + kReclW + kOldestW + 9;  // + separators
 
+// Everything drawn goes through here, made printable (keys may hold
+// control characters).
 void put(int y, int x, const std::string& s, attr_t attr = A_NORMAL) {
   if (y < 0 || y >= LINES || x >= COLS) return;
   attron(attr);
-  mvaddnstr(y, x, s.c_str(), std::max(0, COLS - x));
+  mvaddnstr(y, x, printable(s).c_str(), std::max(0, COLS - x));
   attroff(attr);
 }
 
@@ -104,7 +106,7 @@ void view::draw_table(int top) {
   const auto titles = column_titles();
   // KEY gets what it needs (at least 8), the bar what is left (at most 20).
   std::size_t longest = 3;
-  for (const auto& r : rows) longest = std::max(longest, r.key.size());
+  for (const auto& r : rows) longest = std::max(longest, printable(r.key).size());
   int key_w = std::max(8, std::min(static_cast<int>(longest), COLS - kFixedW - 24));
   int bar_w = std::clamp(COLS - kFixedW - key_w - 1 - 2, 0, 20);
   if (bar_w < 5) bar_w = 0;

@@ -1,4 +1,5 @@
 // shmsem/admin_commands.cpp: create, resize, drain, reap, wait-idle, rm, gc.
+#include "../semtop/report.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 
@@ -64,10 +65,11 @@ int reap(const std::string& key) {
   for (const auto& k : keys) {
     try {
       const int seats = shmsem::Semaphore::attach(k).reap();
-      std::printf("%s: reaped %d seat%s\n", k.c_str(), seats, seats == 1 ? "" : "s");
+      std::printf("%s: reaped %d seat%s\n", semtop::printable(k).c_str(), seats,
+                  seats == 1 ? "" : "s");
     } catch (const std::exception& e) {
       if (!key.empty()) throw;  // one named key: its error is the result
-      error_message(k + ": " + e.what());
+      error_message(semtop::printable(k) + ": " + e.what());
       rc = kFailure;
     }
   }
@@ -107,7 +109,7 @@ int gc(bool dry_run, const std::string& prefix) {
         // merely has attached, which a snapshot cannot see.
         auto snap = shmsem::Semaphore::attach(key).snapshot();
         if (snap.used == 0 && snap.waiters == 0 && snap.holders.empty()) {
-          std::printf("would remove %s\n", key.c_str());
+          std::printf("would remove %s\n", semtop::printable(key).c_str());
           ++removed;
         } else {
           ++kept;
@@ -117,13 +119,13 @@ int gc(bool dry_run, const std::string& prefix) {
       // The library decides "unused" (no process attached, holding or
       // waiting), safely against a process that attaches at this moment.
       if (shmsem::Semaphore::remove_if_unused(key)) {
-        std::printf("removed %s\n", key.c_str());
+        std::printf("removed %s\n", semtop::printable(key).c_str());
         ++removed;
       } else {
         ++kept;
       }
     } catch (const std::exception& e) {
-      error_message(key + ": " + e.what());
+      error_message(semtop::printable(key) + ": " + e.what());
       ++kept;
       rc = kFailure;
     }

@@ -29,13 +29,14 @@ int ls(bool json) {
     return kOk;
   }
   std::size_t kw = 3;
-  for (const auto& r : rows) kw = std::max(kw, r.key.size());
+  for (const auto& r : rows) kw = std::max(kw, semtop::printable(r.key).size());
   const int w = static_cast<int>(kw);
   std::printf("%-*s %11s %5s %5s %5s %7s %7s\n", w, "KEY", "USED/CAP", "WAIT", "UTIL%", "EWMA",
               "HOLDERS", "OLDEST");
   for (const auto& r : rows) {
     if (!r.ok()) {
-      std::printf("%-*s %s\n", w, r.key.c_str(), r.error.c_str());
+      std::printf("%-*s %s\n", w, semtop::printable(r.key).c_str(),
+                  semtop::printable(r.error).c_str());
       continue;
     }
     const auto c = semtop::cells(r);
