@@ -27,7 +27,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 step "build (ThreadSanitizer)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSHMSEM_SANITIZE=thread \
   -DSHMSEM_BUILD_BENCH=OFF -DSHMSEM_BUILD_TOOLS=OFF -DSHMSEM_INSTALL=OFF >/dev/null
-cmake --build build-tsan -j"$JOBS"
+cmake --build build-tsan -j"$JOBS" --target thread-tests
 
 step "thread tests (TSan)"
 # TSan does not follow fork(): a forked child of a threaded parent may
