@@ -110,12 +110,18 @@ void throw_segment_errno(const std::string& path, const std::string& what, int e
 
 namespace {
 // The bucket bounds in nanoseconds, so the hot path compares integers.
-constexpr auto kBoundsNs = [] {
+// (A function, not an immediately invoked lambda: cppcheck 2.10 cannot parse that.)
+constexpr std::array<std::int64_t, Histogram::kBounds.size()> bounds_ns() {
   std::array<std::int64_t, Histogram::kBounds.size()> out{};
+  // Positive constants: +0.5 then truncation rounds to nearest, and
+  // std::llround is not constexpr.
   for (std::size_t i = 0; i < out.size(); ++i)
+    // NOLINTNEXTLINE(bugprone-incorrect-roundings)
     out[i] = static_cast<std::int64_t>(Histogram::kBounds[i] * 1e9 + 0.5);
   return out;
-}();
+}
+constexpr auto kBoundsNs = bounds_ns();
+
 }  // namespace
 
 void record_histogram(shared_histogram& h, std::int64_t ns) {
@@ -373,7 +379,14 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
 }
 
 void attachment::release_handle(attachment* a) noexcept {
-  a->lock(sys::kNever);
+  // lock() throws only for an unrecoverable segment lock. This runs in
+  // destructors: log and keep the mapping (leaked) rather than terminate.
+  try {
+    a->lock(sys::kNever);
+  } catch (const std::exception& e) {
+    log().error("{} (the handle is dropped without detaching)", e.what());
+    return;
+  }
   --a->handles;
   const bool detach = a->handles == 0 && a->live_permits == 0 && !a->dying;
   if (detach) a->dying = true;
@@ -395,13 +408,20 @@ void attachment::finish_detach(attachment* a) noexcept {
     std::lock_guard g(registry_mutex);
     registry.erase(std::remove(registry.begin(), registry.end(), a), registry.end());
   }
-  a->lock(sys::kNever);
-  const std::uint32_t self = a->self.load();
-  if (self != kNoSelf) {
-    holder_record& r = a->holders[self];
-    if (r.leases.load() == 0 && r.waiting.load() == 0) r.state.store(kHolderFree);
+  bool locked = false;
+  try {
+    locked = a->lock(sys::kNever);
+  } catch (const std::exception& e) {  // unrecoverable lock: detach without tidying
+    log().error("{} (detaching without freeing the holder record)", e.what());
   }
-  a->unlock();
+  if (locked) {
+    const std::uint32_t self = a->self.load();
+    if (self != kNoSelf) {
+      holder_record& r = a->holders[self];
+      if (r.leases.load() == 0 && r.waiting.load() == 0) r.state.store(kHolderFree);
+    }
+    a->unlock();
+  }
   // Never unmap while holding the lock: the kernel could no longer reach
   // the robust mutex to mark it if we died.
   delete a;  // closes the fd: our OFD locks (token, attach) go with it
