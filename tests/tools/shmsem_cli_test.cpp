@@ -342,6 +342,9 @@ TEST(ShmsemInspect, InfoExitCodesForMissingAndCorruptSegments) {
   write_junk_segment(Semaphore::segment_path(bad));
   const auto r = shmsem_cli({"info", bad.str()});
   EXPECT_EQ(r.status, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find(Semaphore::segment_path(bad)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not a shmsem segment"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("shmsem: shmsem:"), std::string::npos) << r.err;
 }
 
 TEST(ShmsemInspect, MetricsPrintsAndWritesTheExposition) {

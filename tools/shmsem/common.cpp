@@ -8,6 +8,7 @@
 #include <cmath>
 #include <iostream>
 #include <stdexcept>
+#include <string_view>
 
 namespace shmsem_cli {
 
@@ -53,7 +54,11 @@ std::optional<unsigned> parse_mode(std::string_view text) {
 }
 
 void error_message(const std::string& message) {
-  std::cerr << "shmsem: " << message << "\n";
+  // Library messages already start with "shmsem: "; say it once.
+  constexpr std::string_view kPrefix = "shmsem: ";
+  std::string_view text = message;
+  if (text.substr(0, kPrefix.size()) == kPrefix) text.remove_prefix(kPrefix.size());
+  std::cerr << kPrefix << text << "\n";
 }
 
 int report_error(const std::exception& e) {
