@@ -538,6 +538,19 @@ void attachment::repair() {
 // ---------------------------------------------------------------------------
 // Holders
 
+template <class Slot>
+void attachment::grow_table(std::atomic<std::uint32_t>& count, Slot* table, std::size_t offset,
+                            std::uint32_t max, const char* what) {
+  const std::uint32_t n = count.load();
+  if (n >= max) fail(errc::too_many, "all " + std::to_string(max) + " " + what + " are in use");
+  const std::uint32_t grown = std::min(max, n * 2);
+  // Allocated before use, so a full /dev/shm is an error here, not a SIGBUS.
+  if (int err = file->allocate(offset + sizeof(Slot) * n, sizeof(Slot) * (grown - n)))
+    throw_segment_errno(path, std::string("cannot grow the ") + what + " of", err);
+  std::memset(static_cast<void*>(&table[n]), 0, sizeof(Slot) * (grown - n));
+  count.store(grown);
+}
+
 std::uint32_t attachment::ensure_self(wake_list& wakes) {
   std::uint32_t s = self.load(std::memory_order_relaxed);
   if (s != kNoSelf) return s;
@@ -553,14 +566,7 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
     if (file->try_lock(kTokenBase + i, true)) chosen = i;
   }
   if (chosen == kNoSelf) {
-    if (n >= kMaxHolders)
-      fail(errc::too_many, "all " + std::to_string(kMaxHolders) + " holder records are in use");
-    const std::uint32_t grown = std::min(kMaxHolders, n * 2);
-    if (int err = file->allocate(kHoldersOffset + sizeof(holder_record) * n,
-                                 sizeof(holder_record) * (grown - n)))
-      throw_segment_errno(path, "cannot grow the holder table of", err);
-    std::memset(static_cast<void*>(&holders[n]), 0, sizeof(holder_record) * (grown - n));
-    hdr->holder_slots.store(grown);
+    grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
     if (!file->try_lock(kTokenBase + n, true))
       fail(errc::bad_segment, "cannot take a liveness token");
     chosen = n;
@@ -734,16 +740,7 @@ std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t
   std::uint32_t n = hdr->waiter_slots.load();
   std::uint32_t w = 0;
   while (w < n && waiters[w].state.load(std::memory_order_relaxed) != kWaiterFree) ++w;
-  if (w == n) {
-    if (n >= kMaxWaiters)
-      fail(errc::too_many, "all " + std::to_string(kMaxWaiters) + " waiter slots are in use");
-    const std::uint32_t grown = std::min(kMaxWaiters, n * 2);
-    if (int err = file->allocate(kWaitersOffset + sizeof(waiter_slot) * n,
-                                 sizeof(waiter_slot) * (grown - n)))
-      throw_segment_errno(path, "cannot grow the waiter table of", err);
-    std::memset(static_cast<void*>(&waiters[n]), 0, sizeof(waiter_slot) * (grown - n));
-    hdr->waiter_slots.store(grown);
-  }
+  if (w == n) grow_table(hdr->waiter_slots, waiters, kWaitersOffset, kMaxWaiters, "waiter slots");
   waiter_slot& s = waiters[w];
   s.holder = holder;
   s.weight = weight;

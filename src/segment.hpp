@@ -141,6 +141,10 @@ struct attachment {
 
  private:
   void repair();
+  /// [locked] Doubles a fixed-offset table (up to `max` entries).
+  template <class Slot>
+  void grow_table(std::atomic<std::uint32_t>& count, Slot* table, std::size_t offset,
+                  std::uint32_t max, const char* what);
   void reap_holder(std::uint32_t holder, std::int64_t now_ns, wake_list& wakes);
 };
 

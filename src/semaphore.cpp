@@ -276,6 +276,46 @@ Permit make_permit(handle& h, std::uint32_t slot, std::uint64_t id, const acquis
                    std::int64_t granted_ns) {
   return detail::permit_access::make(h, slot, id, q.n, q.ttl_ms, q.renew, granted_ns);
 }
+
+// [locked] True if n seats can be granted now without passing anyone in the
+// queue, after reclaiming dead holders' and expired seats if that helps.
+bool admits_now(attachment& a, int n, std::int64_t now, detail::wake_list& wakes) {
+  auto fits = [&] {
+    const auto* hdr = a.hdr;
+    return hdr->queue_head.load(std::memory_order_relaxed) == detail::layout::kNil &&
+           hdr->used.load(std::memory_order_relaxed) + n <=
+               hdr->capacity.load(std::memory_order_relaxed);
+  };
+  if (fits()) return true;
+  a.reap(now, wakes);
+  return fits();
+}
+
+// [locked] Grants the seats to this process at once, unlocks, and tells the
+// observer.
+Permit grant_now(handle& h, locked& lk, std::uint32_t self, const acquisition& q,
+                 std::int64_t now) {
+  attachment& a = *h.att;
+  std::uint64_t id;
+  const std::uint32_t slot = a.grant(self, q.n, q.ttl_ms, now, id);
+  detail::record_histogram(a.hdr->stats.wait, 0);
+  ++a.live_permits;
+  lk.unlock();
+  Permit p = make_permit(h, slot, id, q, now);
+  if (h.opts.observer) {
+    AcquireEvent e{a.key,
+                   a.hdr->capacity.load(),
+                   q.n,
+                   a.hdr->used.load(),
+                   id,
+                   0,
+                   std::chrono::nanoseconds(0),
+                   Outcome::acquired,
+                   false};
+    detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
+  }
+  return p;
+}
 }  // namespace
 
 Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
@@ -340,39 +380,9 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
       lk.unlock();
       throw fail(Reason::exceeds_capacity, 0, 0, false);
     }
-    std::int64_t now = detail::lease_clock();
-    auto fits = [&] {
-      return hdr->queue_head.load(std::memory_order_relaxed) == detail::layout::kNil &&
-             hdr->used.load(std::memory_order_relaxed) + n <=
-                 hdr->capacity.load(std::memory_order_relaxed);
-    };
-    bool ok = fits();
-    if (!ok) {
-      // Full: reclaim dead holders and expired leases before queueing.
-      a.reap(now, lk.wakes);
-      ok = fits();
-    }
-    if (ok) {
-      std::uint64_t id;
-      const std::uint32_t slot = a.grant(self, n, q.ttl_ms, now, id);
-      detail::record_histogram(hdr->stats.wait, 0);
-      ++a.live_permits;
-      lk.unlock();
-      Permit p = make_permit(h, slot, id, q, now);
-      if (h.opts.observer) {
-        AcquireEvent e{a.key,
-                       hdr->capacity.load(),
-                       n,
-                       hdr->used.load(),
-                       id,
-                       0,
-                       std::chrono::nanoseconds(0),
-                       Outcome::acquired,
-                       false};
-        detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
-      }
-      return p;
-    }
+    const std::int64_t now = detail::lease_clock();
+    // Full: reclaim dead holders and expired leases before queueing.
+    if (admits_now(a, n, now, lk.wakes)) return grant_now(h, lk, self, q, now);
     if (deadline != sys::kNever && sys::precise_now_ns() >= deadline) {
       lk.unlock();
       throw fail(Reason::timeout, 0, 0, false);
@@ -512,43 +522,15 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
   const std::uint32_t self = a.ensure_self(lk.wakes);
   auto* hdr = a.hdr;
   const std::int64_t now = detail::lease_clock();
-  auto fits = [&] {
-    return hdr->queue_head.load(std::memory_order_relaxed) == detail::layout::kNil &&
-           hdr->used.load(std::memory_order_relaxed) + n <=
-               hdr->capacity.load(std::memory_order_relaxed);
-  };
   if (n > hdr->capacity.load(std::memory_order_relaxed)) {
     lk.unlock();
     return failed(Outcome::exceeds_capacity);
   }
-  bool ok = fits();
-  if (!ok) {
-    a.reap(now, lk.wakes);
-    ok = fits();
-  }
-  if (!ok) {
+  if (!admits_now(a, n, now, lk.wakes)) {
     lk.unlock();
     return failed(Outcome::unavailable);
   }
-  std::uint64_t id;
-  const std::uint32_t slot = a.grant(self, n, q.ttl_ms, now, id);
-  detail::record_histogram(hdr->stats.wait, 0);
-  ++a.live_permits;
-  lk.unlock();
-  std::optional<Permit> p(make_permit(h, slot, id, q, now));
-  if (h.opts.observer) {
-    AcquireEvent e{a.key,
-                   hdr->capacity.load(),
-                   n,
-                   hdr->used.load(),
-                   id,
-                   0,
-                   std::chrono::nanoseconds(0),
-                   Outcome::acquired,
-                   false};
-    detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
-  }
-  return p;
+  return grant_now(h, lk, self, q, now);
 }
 
 namespace detail {
