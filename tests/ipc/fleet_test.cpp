@@ -76,12 +76,13 @@ TEST(Fleet, ParentDeathIsSeenWhileItsForkedChildLives) {
   child_process parent([&] {
     auto s = Semaphore::open(k, 1);
     auto p = s.acquire();
-    pid_t grandchild = ::fork();
-    if (grandchild == 0) {
+    // The grandchild reports itself once fork() has returned in it, that is
+    // after the fork handlers gave it its own file description.
+    if (::fork() == 0) {
+      ready.send_value(::getpid());
       done.receive(60s);
       ::_exit(0);
     }
-    ready.send_value(grandchild);
     ::pause();
     return 0;
   });
