@@ -1,5 +1,6 @@
 // semtop's batch modes, run as a real process: --once, -n, --json (parsed
 // back) and --prometheus, against semaphores held by another process.
+#include "seat_holder.hpp"
 #include "test_support.hpp"
 #include "tool_runner.hpp"
 
@@ -17,6 +18,7 @@ using shmsem::Semaphore;
 using shmsem::test::child_process;
 using shmsem::test::pipe_channel;
 using shmsem::test::run_tool;
+using shmsem::test::seat_holder;
 using shmsem::test::tool_result;
 using shmsem::test::unique_key;
 
@@ -32,26 +34,9 @@ std::string line_of(const std::string& text, const std::string& start) {
   return {};
 }
 
-// A forked child holding `n` seats until the test ends.
-struct holder {
-  pipe_channel ready, go;
-  child_process proc;
-  holder(const std::string& key, int capacity, int n)
-      : proc([this, key, capacity, n] {
-          auto sem = Semaphore::open(key, capacity);
-          auto p = sem.acquire(n);
-          ready.send();
-          go.receive(std::chrono::minutes(5));
-          return 0;
-        }) {
-    EXPECT_EQ(ready.receive(), '.');
-  }
-  ~holder() { go.send(); }
-};
-
 TEST(SemtopBatch, OnceShowsASemaphoreHeldByAnotherProcess) {
   unique_key key;
-  holder h(key.str(), 3, 2);
+  seat_holder h(key.str(), 3, 2);
   const auto r = semtop({"--once", "--filter", key.str()});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("1 semaphore"), std::string::npos) << r.out;
@@ -93,7 +78,7 @@ TEST(SemtopBatch, IterationsPrintTheTableNTimesWithRatesAfterTheFirst) {
 
 TEST(SemtopBatch, JsonParsesBackWithStatsAndHolders) {
   unique_key key;
-  holder h(key.str(), 4, 3);
+  seat_holder h(key.str(), 4, 3);
   const auto r = semtop({"--json", "--filter", key.str()});
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -115,7 +100,7 @@ TEST(SemtopBatch, JsonParsesBackWithStatsAndHolders) {
 
 TEST(SemtopBatch, PrometheusPrintsTheExposition) {
   unique_key key;
-  holder h(key.str(), 5, 2);
+  seat_holder h(key.str(), 5, 2);
   const auto r = semtop({"--prometheus"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("# TYPE shmsem_permits_capacity gauge"), std::string::npos) << r.out;

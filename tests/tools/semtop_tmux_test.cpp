@@ -1,5 +1,6 @@
 // The interactive semtop in a real terminal: tmux (a server of its own per
 // test) runs it, send-keys types, capture-pane reads the screen.
+#include "seat_holder.hpp"
 #include "test_support.hpp"
 #include "tool_runner.hpp"
 
@@ -17,32 +18,9 @@ using shmsem::Semaphore;
 using shmsem::test::child_process;
 using shmsem::test::eventually;
 using shmsem::test::pipe_channel;
+using shmsem::test::seat_holder;
 using shmsem::test::tmux_session;
 using shmsem::test::unique_key;
-
-// A forked child holding `n` seats until told to finish; reports whether
-// it still held them then.
-struct holder {
-  pipe_channel ready, go;
-  child_process proc;
-  holder(const std::string& key, int capacity, int n)
-      : proc([this, key, capacity, n] {
-          auto sem = Semaphore::open(key, capacity);
-          auto p = sem.acquire(n);
-          ready.send('h');
-          go.receive(std::chrono::minutes(5));
-          ready.send(p.is_held() ? 'y' : 'n');
-          return 0;
-        }) {
-    EXPECT_EQ(ready.receive(), 'h');
-  }
-  bool finish() {
-    go.send();
-    const bool held = ready.receive() == 'y';
-    EXPECT_EQ(proc.wait(), 0);
-    return held;
-  }
-};
 
 std::string own_prefix() {
   return "test." + std::to_string(::getpid()) + ".";
@@ -101,7 +79,7 @@ void expect_terminal_restored(const tmux_session& t, const std::string& exit_lin
 
 TEST(SemtopTmux, ShowsAHeldSemaphoreAndItsHolderOnEnter) {
   unique_key key;
-  holder h(key.str(), 3, 2);
+  seat_holder h(key.str(), 3, 2);
   tmux_session t(160, 40);
   t.type_line(semtop_line("--filter " + key.str()));
   ASSERT_TRUE(t.wait_for(key.str()));
@@ -145,7 +123,7 @@ TEST(SemtopTmux, SlashFiltersByKeySubstring) {
 
 TEST(SemtopTmux, ForceReleaseNeedsYesAndThenFreesTheSeats) {
   unique_key key;
-  holder h(key.str(), 2, 2);
+  seat_holder h(key.str(), 2, 2);
   tmux_session t(160, 40);
   t.type_line(semtop_line("--filter " + key.str()));
   ASSERT_TRUE(t.wait_for("2/2"));
@@ -167,7 +145,7 @@ TEST(SemtopTmux, ForceReleaseNeedsYesAndThenFreesTheSeats) {
 
 TEST(SemtopTmux, ReadonlyRefusesForceRelease) {
   unique_key key;
-  holder h(key.str(), 1, 1);
+  seat_holder h(key.str(), 1, 1);
   tmux_session t(160, 40);
   t.type_line(semtop_line("--readonly --filter " + key.str()));
   ASSERT_TRUE(t.wait_for("1/1"));

@@ -2,6 +2,7 @@
 // segments: run (status passthrough, conflicts, --skip, signals, SIGKILL,
 // the bound under many concurrent shells, lost seats), the inspection
 // commands and every admin command, gc racing an attach included.
+#include "seat_holder.hpp"
 #include "test_support.hpp"
 #include "tool_runner.hpp"
 
@@ -25,8 +26,10 @@ using shmsem::test::eventually;
 using shmsem::test::pipe_channel;
 using shmsem::test::run_tool;
 using shmsem::test::running_tool;
+using shmsem::test::seat_holder;
 using shmsem::test::tool_result;
 using shmsem::test::unique_key;
+using shmsem::test::write_junk_segment;
 
 tool_result shmsem_cli(std::vector<std::string> args) {
   args.insert(args.begin(), SHMSEM_BIN);
@@ -56,39 +59,6 @@ struct scratch_dir {
 bool exists(const std::string& path) {
   return ::access(path.c_str(), F_OK) == 0;
 }
-
-void write_junk_segment(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
-  ASSERT_GE(fd, 0) << path;
-  std::string junk(4096, '\0');
-  for (std::size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>(i * 131 + 7);
-  ASSERT_EQ(::write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
-  ::close(fd);
-}
-
-// A forked child that holds `n` seats of `key` until told to go (or killed).
-struct holder {
-  pipe_channel ready, go;
-  child_process proc;
-  holder(const std::string& key, int capacity, int n)
-      : proc([this, key, capacity, n] {
-          auto sem = Semaphore::open(key, capacity);
-          auto p = sem.acquire(n);
-          ready.send('h');
-          go.receive(std::chrono::minutes(5));
-          ready.send(p.is_held() ? 'y' : 'n');
-          return 0;
-        }) {
-    EXPECT_EQ(ready.receive(), 'h');
-  }
-  // Lets the child finish; returns whether it still held its seats.
-  bool finish() {
-    go.send();
-    const bool held = ready.receive() == 'y';
-    EXPECT_EQ(proc.wait(), 0);
-    return held;
-  }
-};
 
 // ------------------------------------------------------------------ run
 
@@ -317,7 +287,7 @@ TEST(ShmsemInspect, LsJsonParsesBack) {
 
 TEST(ShmsemInspect, InfoShowsCountersAndHolders) {
   unique_key key;
-  holder h(key.str(), 3, 2);
+  seat_holder h(key.str(), 3, 2);
   auto r = shmsem_cli({"info", key.str()});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("capacity:        3"), std::string::npos) << r.out;
@@ -392,7 +362,7 @@ TEST(ShmsemAdmin, ResizeChangesTheCapacity) {
 
 TEST(ShmsemAdmin, DrainFreesEverySeatAndCountsLiveHolders) {
   unique_key key;
-  holder h1(key.str(), 4, 1), h2(key.str(), 4, 2);
+  seat_holder h1(key.str(), 4, 1), h2(key.str(), 4, 2);
   const auto r = shmsem_cli({"drain", key.str()});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("2 live holder leases displaced"), std::string::npos) << r.out;
@@ -403,7 +373,7 @@ TEST(ShmsemAdmin, DrainFreesEverySeatAndCountsLiveHolders) {
 
 TEST(ShmsemAdmin, ReapReclaimsASigkilledHoldersSeats) {
   unique_key key;
-  holder h(key.str(), 2, 2);
+  seat_holder h(key.str(), 2, 2);
   // Stay attached: a process that attaches to a segment nobody else has
   // open recovers it (reaping the dead) by itself, which would leave
   // nothing for the command to do.
@@ -443,7 +413,7 @@ std::string own_prefix() {
 TEST(ShmsemAdmin, GcRemovesOnlySegmentsNoLiveProcessUses) {
   unique_key unused("unused"), held("held"), attached("attached");
   ASSERT_EQ(shmsem_cli({"create", unused.str(), "-p", "1"}).status, 0);
-  holder h(held.str(), 2, 1);
+  seat_holder h(held.str(), 2, 1);
   ASSERT_EQ(shmsem_cli({"create", attached.str(), "-p", "1"}).status, 0);
   // A process that has the semaphore attached but holds nothing.
   pipe_channel ready, go;
