@@ -52,7 +52,7 @@ grep -q "found in $(dirname "$config")\$" "$work/cmake.log" || {
   die "find_package(shmsem) did not find the config in $prefix"
 }
 "$cmake" --build "$work/cmake" -j"$jobs" >>"$work/cmake.log" || { cat "$work/cmake.log"; die "the find_package consumer does not build"; }
-ldd "$work/cmake/two_process" | grep -q "libshmsem.so.0 => $libdir/libshmsem.so.0" ||
+ldd "$work/cmake/two_process" | grep "libshmsem.so.0 => $libdir/libshmsem.so.0" >/dev/null ||
   die "the find_package consumer does not load $libdir/libshmsem.so.0"
 timeout 60 "$work/cmake/two_process" "$key.cmake"
 timeout 60 "$work/cmake/logging_consumer"
@@ -67,7 +67,7 @@ PKG_CONFIG_PATH=$(dirname "$pc")
 echo "pkg-config --cflags --libs shmsem: $(pkg-config --cflags --libs shmsem)"
 mkdir -p "$work/pc"
 make -s -C "$here/pkg_config" O="$work/pc" LDFLAGS="-Wl,-rpath,$libdir" || die "the pkg-config consumer does not build"
-ldd "$work/pc/two_process" | grep -q "libshmsem.so.0 => $libdir/libshmsem.so.0" ||
+ldd "$work/pc/two_process" | grep "libshmsem.so.0 => $libdir/libshmsem.so.0" >/dev/null ||
   die "the pkg-config consumer does not load $libdir/libshmsem.so.0"
 timeout 60 "$work/pc/two_process" "$key.pc"
 echo "prefix_install_test: ok"

@@ -121,12 +121,12 @@ echo "libshmsem0 Depends:    $(depends libshmsem0)"
 echo "libshmsem-dev Depends: $(depends libshmsem-dev)"
 echo "shmsem-tools Depends:  $(depends shmsem-tools)"
 for d in libc6 libstdc++6 libspdlog1 libfmt9; do
-  depends libshmsem0 | grep -q "\b$d" || die "libshmsem0 does not depend on $d"
+  depends libshmsem0 | grep "\b$d" >/dev/null || die "libshmsem0 does not depend on $d"
 done
 ! depends libshmsem0 | grep -Eq 'ncurses|tinfo|boost|gtest' || die "libshmsem0 has a dependency it does not need"
-depends libshmsem-dev | grep -q "libshmsem0 (= $version)" || die "libshmsem-dev does not pin libshmsem0 (= $version)"
-depends libshmsem-dev | grep -q 'libspdlog-dev' || die "libshmsem-dev does not depend on libspdlog-dev (logging.hpp)"
-depends shmsem-tools | grep -q "libshmsem0 (>= ${version%-*})" ||
+depends libshmsem-dev | grep "libshmsem0 (= $version)" >/dev/null || die "libshmsem-dev does not pin libshmsem0 (= $version)"
+depends libshmsem-dev | grep 'libspdlog-dev' >/dev/null || die "libshmsem-dev does not depend on libspdlog-dev (logging.hpp)"
+depends shmsem-tools | grep "libshmsem0 (>= ${version%-*})" >/dev/null ||
   die "shmsem-tools does not depend on libshmsem0 (>= ${version%-*}) (shlibs)"
 
 # ---------------------------------------------------------------- lintian
@@ -158,7 +158,7 @@ while read -r f; do
 done <"$work/all.files"
 dpkg -i "${deb[libshmsem0]}" "${deb[libshmsem-dev]}" "${deb[shmsem-tools]}"
 for p in "${packages[@]}"; do is_installed "$p" || die "$p is not installed after dpkg -i"; done
-ldconfig -p | grep -q "libshmsem.so.0 .*=> /.*/$multiarch/libshmsem.so.0" || die "ldconfig does not know libshmsem.so.0"
+ldconfig -p | grep "libshmsem.so.0 .*=> /.*/$multiarch/libshmsem.so.0" >/dev/null || die "ldconfig does not know libshmsem.so.0"
 
 # ---------------------------------------------------------------- consumers
 key_base=pkgtest.$$.$RANDOM
@@ -172,7 +172,7 @@ grep -q "found in /usr/lib/$multiarch/cmake/shmsem\$" "$work/consumer-cmake.log"
   die "find_package(shmsem) did not use the installed package's config"
 limit 300 cmake --build "$work/consumer-cmake" -j"$jobs" >>"$work/consumer-cmake.log" ||
   { cat "$work/consumer-cmake.log"; die "the find_package consumer does not build"; }
-ldd "$work/consumer-cmake/two_process" | grep -q "libshmsem.so.0 => /.*$multiarch/libshmsem.so.0" ||
+ldd "$work/consumer-cmake/two_process" | grep "libshmsem.so.0 => /.*$multiarch/libshmsem.so.0" >/dev/null ||
   die "the consumer does not load the installed libshmsem.so.0"
 limit 60 "$work/consumer-cmake/two_process" "$key_base.cmake"
 limit 60 "$work/consumer-cmake/logging_consumer"
@@ -240,7 +240,7 @@ for d in /usr/include/shmsem "/usr/lib/$multiarch/cmake/shmsem" /usr/share/doc/l
   }
 done
 [ $left -eq 0 ] || die "the purge left files behind"
-! ldconfig -p | grep -q libshmsem || die "ldconfig still lists libshmsem after the purge"
+! ldconfig -p | grep libshmsem >/dev/null || die "ldconfig still lists libshmsem after the purge"
 while read -r seg; do
   [ ! -e "$seg" ] || die "a consumer left its semaphore segment $seg behind"
 done <"$work/segments.txt"
