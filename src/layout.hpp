@@ -152,7 +152,7 @@ struct alignas(kCacheLine) segment_header {
   std::uint32_t free_lease;  // head of the free lease list (1-based), kNil: take from hwm
   std::atomic<std::uint32_t> queue_head;  // FIFO of waiter slots (1-based); read unlocked as a hint
   std::atomic<std::uint32_t> queue_tail;
-  std::uint32_t reserved0;
+  std::uint32_t ending;  // the lease end in progress: ending_word(); 0: none
   std::uint64_t next_permit_id;
   std::uint64_t next_ticket;
 
@@ -205,6 +205,19 @@ struct alignas(kCacheLine) lease_slot {
   std::atomic<std::int64_t> lost_ns;       // when
   std::uint64_t reserved0;
 };
+
+/// A process can die between clearing a lease and counting how it ended.
+/// end_lease() names the lease and the reason here first, so that repair()
+/// can count such a lease under its true reason instead of guessing.
+inline constexpr std::uint32_t kEndingSlotMask = (1u << 28) - 1;
+static_assert(kMaxLeases < kEndingSlotMask);
+constexpr std::uint32_t ending_word(std::uint32_t slot, lost_reason reason) {
+  return (static_cast<std::uint32_t>(reason) << 28) | (slot + 1);
+}
+constexpr std::uint32_t ending_slot(std::uint32_t word) { return (word & kEndingSlotMask) - 1; }
+constexpr lost_reason ending_reason(std::uint32_t word) {
+  return static_cast<lost_reason>(word >> 28);
+}
 
 inline constexpr std::size_t kHeaderRegion = 4096;
 inline constexpr std::size_t kHoldersOffset = kHeaderRegion;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 
 #include "key.hpp"
 #include "log.hpp"
@@ -204,17 +205,45 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   h->init_state.store(kReady, std::memory_order_release);
 }
 
+// Counts how one lease ended.
+void count_end(shared_stats& s, lost_reason reason, std::int32_t weight) {
+  switch (reason) {
+    case kLostReleased:
+      add(s.released, 1);
+      break;
+    case kLostExpired:
+      add(s.expired, 1);
+      break;
+    case kLostReaped:
+      add(s.reaped, 1);
+      break;
+    default:
+      add(s.force_released, 1);
+      break;
+  }
+  if (reason != kLostReleased) add(s.reclaimed_seats, std::max(0, weight));
+}
+
 // A process that died inside the critical section may have counted a lease
 // as acquired without publishing it (grant), or cleared a lease without
 // counting how it ended (end_lease). Either way one granted lease is neither
-// live nor ended in the stats; count it as reaped, so that acquired ==
+// live nor ended in the stats. The lease end_lease() announced in `ending`
+// is counted under its own reason; any other as reaped. Then acquired ==
 // released + reaped + expired + force_released + live leases holds again.
-void settle_stats(segment_header* h, std::uint64_t live) {
+void settle_stats(segment_header* h, const lease_slot* ls, std::uint64_t live) {
+  const std::uint32_t ending = std::exchange(h->ending, 0);
   auto& s = h->stats;
   const std::uint64_t ended =
       s.released.load() + s.reaped.load() + s.expired.load() + s.force_released.load();
   const std::uint64_t acquired = s.acquired.load();
-  if (acquired > ended + live) add(s.reaped, acquired - ended - live);
+  if (acquired <= ended + live) return;
+  std::uint64_t missing = acquired - ended - live;
+  const std::uint32_t slot = ending_slot(ending);
+  if (ending != 0 && slot < h->lease_slots.load() && ls[slot].id.load() == 0) {
+    count_end(s, ending_reason(ending), ls[slot].weight.load());
+    --missing;
+  }
+  if (missing) add(s.reaped, missing);
 }
 
 // Nobody is attached: every holder is dead and the lock may be garbage.
@@ -232,8 +261,7 @@ void reset_live_state(void* base) {
     ls[i].lost_id.store(id);
     ls[i].lost_ns.store(now);
     ls[i].id.store(0);
-    add(h->stats.reaped, 1);
-    add(h->stats.reclaimed_seats, std::max(0, ls[i].weight.load()));
+    count_end(h->stats, kLostReaped, ls[i].weight.load());
   }
   h->lease_hwm.store(0);
   h->free_lease = kNil;
@@ -243,7 +271,7 @@ void reset_live_state(void* base) {
   h->queue_tail.store(kNil);
   h->earliest_expiry_ns.store(INT64_MAX);
   h->idle_waiters.store(0);
-  settle_stats(h, 0);
+  settle_stats(h, ls, 0);
   std::memset(static_cast<void*>(holders(base)), 0, sizeof(holder_record) * h->holder_slots.load());
   std::memset(static_cast<void*>(waiters(base)), 0, sizeof(waiter_slot) * h->waiter_slots.load());
 }
@@ -511,7 +539,7 @@ void attachment::repair() {
   hdr->free_lease = free_head;
   hdr->used.store(static_cast<std::int32_t>(used_now));
   hdr->earliest_expiry_ns.store(earliest);
-  settle_stats(hdr, live);
+  settle_stats(hdr, leases, live);
 
   std::vector<std::uint32_t> queued;
   for (std::uint32_t i = 0; i < nw; ++i) {
@@ -670,6 +698,7 @@ void attachment::end_lease(std::uint32_t slot, lost_reason reason, std::int64_t 
     l.lost_ns.store(now, std::memory_order_relaxed);
     l.lost_id.store(id, std::memory_order_release);
   }
+  hdr->ending = ending_word(slot, reason);
   l.id.store(0, std::memory_order_release);
   SHMSEM_HOOK(mid_release);
   ewma_advance(now);
@@ -679,22 +708,9 @@ void attachment::end_lease(std::uint32_t slot, lost_reason reason, std::int64_t 
     add(holders[holder].leases, -1);
   l.next_free = hdr->free_lease;
   hdr->free_lease = slot + 1;
-  switch (reason) {
-    case kLostReleased:
-      add(hdr->stats.released, 1);
-      hold_sample(now - l.acquired_ns.load(std::memory_order_relaxed));
-      break;
-    case kLostExpired:
-      add(hdr->stats.expired, 1);
-      break;
-    case kLostReaped:
-      add(hdr->stats.reaped, 1);
-      break;
-    default:
-      add(hdr->stats.force_released, 1);
-      break;
-  }
-  if (reason != kLostReleased) add(hdr->stats.reclaimed_seats, weight);
+  if (reason == kLostReleased) hold_sample(now - l.acquired_ns.load(std::memory_order_relaxed));
+  count_end(hdr->stats, reason, weight);
+  hdr->ending = 0;
   if (hdr->used.load(std::memory_order_relaxed) == 0 &&
       hdr->idle_waiters.load(std::memory_order_relaxed) > 0) {
     hdr->idle_seq.fetch_add(1, std::memory_order_release);

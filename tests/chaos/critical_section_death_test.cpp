@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <thread>
+
 #include "fault_util.hpp"
 #include "segment.hpp"
 #include "test_support.hpp"
@@ -83,6 +85,44 @@ TEST_P(DeathInCriticalSection, SegmentStaysConsistent100TimesInARow) {
   mine.release();
   EXPECT_EQ(sem.used(), 0);
   EXPECT_TRUE(test::stats_add_up(sem));
+}
+
+// A process that dies while ending somebody else's expired lease (its reap
+// scan) leaves the lease cleared but not yet counted. The repair must count
+// it as expired, as its holder is told, and not as reaped.
+TEST(DeathInCriticalSection, ExpiryCutShortIsCountedAsExpired) {
+  test::unique_key key("mid_expiry");
+  Semaphore sem = Semaphore::open(key, 2);
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    Permit lapsing = sem.acquire(1, {.ttl = 5ms});
+    // Waiting for a TTL is waiting for the clock, not for another process.
+    std::this_thread::sleep_until(*lapsing.expires_at() + 20ms);
+    ASSERT_FALSE(lapsing.is_held());
+    test::child_process child([&] {
+      Semaphore other = Semaphore::attach(key.str());
+      die_at = point::mid_release;
+      armed = true;
+      detail::testing::set_hook(die_here);
+      other.reap();  // ends the lapsed lease, and dies halfway
+      return 1;
+    });
+    ASSERT_EQ(child.wait(), 128 + SIGKILL) << "the child did not die ending the lease";
+    sem.reap();
+    const Stats st = sem.stats();
+    EXPECT_EQ(st.recoveries, static_cast<std::uint64_t>(round + 1));
+    EXPECT_EQ(st.expired, static_cast<std::uint64_t>(round + 1));
+    EXPECT_EQ(st.reaped, 0u);
+    EXPECT_EQ(st.reclaimed_seats, static_cast<std::uint64_t>(round + 1));
+    EXPECT_EQ(sem.used(), 0);
+    EXPECT_TRUE(test::stats_add_up(sem));
+    try {
+      lapsing.release();
+      ADD_FAILURE() << "release() of a lapsed lease did not throw";
+    } catch (const PermitNotHeldError& e) {
+      EXPECT_NE(std::string(e.what()).find("TTL ran out"), std::string::npos) << e.what();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AtEachHook, DeathInCriticalSection,
