@@ -214,7 +214,9 @@ static_assert(kMaxLeases < kEndingSlotMask);
 constexpr std::uint32_t ending_word(std::uint32_t slot, lost_reason reason) {
   return (static_cast<std::uint32_t>(reason) << 28) | (slot + 1);
 }
-constexpr std::uint32_t ending_slot(std::uint32_t word) { return (word & kEndingSlotMask) - 1; }
+constexpr std::uint32_t ending_slot(std::uint32_t word) {
+  return (word & kEndingSlotMask) - 1;
+}
 constexpr lost_reason ending_reason(std::uint32_t word) {
   return static_cast<lost_reason>(word >> 28);
 }
