@@ -116,14 +116,7 @@ TEST_F(ForeignNamespace, ForeignReaperDoesNotReapOurLiveHolders) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 2);
   Permit mine = sem.acquire();
-  test::pipe_channel held;
-  test::child_process other([&] {
-    Permit p = Semaphore::attach(key).acquire();
-    held.send();
-    ::pause();
-    return 0;
-  });
-  ASSERT_EQ(held.receive(), '.');
+  test::child_process other = test::seat_holder(key);
   program reaper(in_new_pid_namespace({SHMSEM_FAULT_HELPER, "reap", key.str()}));
   EXPECT_EQ(reaper.line(), "freed=0 used=2 held=2 foreign=2 alive=2");
   EXPECT_EQ(reaper.wait(), 0);

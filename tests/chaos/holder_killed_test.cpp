@@ -74,14 +74,7 @@ TEST(HolderKilled, BlockedThreadOfThisProcessProceeds) {
 TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 1);
-  test::pipe_channel held;
-  test::child_process holder([&] {
-    Permit p = Semaphore::attach(key).acquire();
-    held.send();
-    ::pause();
-    return 0;
-  });
-  ASSERT_EQ(held.receive(), '.');
+  test::child_process holder = test::seat_holder(key);
   ASSERT_EQ(sem.holders().size(), 1u);
   EXPECT_EQ(sem.holders()[0].state, HolderState::alive);
   EXPECT_EQ(sem.holders()[0].pid, holder.pid());
@@ -96,14 +89,7 @@ TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {
 TEST(HolderKilled, ZombieHolderNotYetWaitedForIsDead) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 1);
-  test::pipe_channel held;
-  test::child_process holder([&] {
-    Permit p = Semaphore::attach(key).acquire();
-    held.send();
-    ::pause();
-    return 0;
-  });
-  ASSERT_EQ(held.receive(), '.');
+  test::child_process holder = test::seat_holder(key);
   ::kill(holder.pid(), SIGKILL);  // not waited for: it stays a zombie
   ASSERT_TRUE(test::eventually([&] {
     char state = 0;

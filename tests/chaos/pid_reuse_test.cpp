@@ -42,14 +42,7 @@ TEST(PidReuse, DeadHolderWhosePidIsReusedIsStillReaped) {
   if (pid_max() > 65536) GTEST_SKIP() << "pid_max is " << pid_max() << ": too large to cycle";
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 1);
-  test::pipe_channel held;
-  test::child_process holder([&] {
-    Permit p = Semaphore::attach(key).acquire();
-    held.send();
-    ::pause();
-    return 0;
-  });
-  ASSERT_EQ(held.receive(), '.');
+  test::child_process holder = test::seat_holder(key);
   const pid_t dead = holder.pid();
   holder.kill(SIGKILL);
 
