@@ -30,6 +30,20 @@ void pad_left(std::ostream& out, const std::string& s, std::size_t w) {
   out << s;
 }
 
+// The right-aligned columns after the bar, titles and rows alike.
+void print_figures(std::ostream& out, const row_cells& c) {
+  const std::pair<const std::string*, std::size_t> figures[] = {
+      {&c.util_pct, 5}, {&c.ewma, 5},       {&c.acq_rate, 7},
+      {&c.tmo_rate, 7}, {&c.reclaimed, 11}, {&c.oldest, 7}};
+  const char* sep = "";
+  for (const auto& [text, width] : figures) {
+    out << sep;
+    pad_left(out, *text, width);
+    sep = " ";
+  }
+  out << "\n";
+}
+
 nlohmann::json histogram_json(const shmsem::Histogram& h) {
   nlohmann::json j;
   j["bounds_seconds"] = h.kBounds;
@@ -181,18 +195,7 @@ void print_table(std::ostream& out, const model& m, const std::string& host, boo
   out << ' ';
   pad_right(out, "UTIL", kBar + 2);
   out << ' ';
-  pad_left(out, t.util_pct, 5);
-  out << ' ';
-  pad_left(out, t.ewma, 5);
-  out << ' ';
-  pad_left(out, t.acq_rate, 7);
-  out << ' ';
-  pad_left(out, t.tmo_rate, 7);
-  out << ' ';
-  pad_left(out, t.reclaimed, 11);
-  out << ' ';
-  pad_left(out, t.oldest, 7);
-  out << "\n";
+  print_figures(out, t);
   for (const auto& r : rows) {
     const auto c = cells(r);
     pad_right(out, c.key, kw);
@@ -205,18 +208,7 @@ void print_table(std::ostream& out, const model& m, const std::string& host, boo
     out << ' ';
     pad_left(out, c.wait, 5);
     out << ' ' << util_bar(r.utilization(), kBar) << ' ';
-    pad_left(out, c.util_pct, 5);
-    out << ' ';
-    pad_left(out, c.ewma, 5);
-    out << ' ';
-    pad_left(out, c.acq_rate, 7);
-    out << ' ';
-    pad_left(out, c.tmo_rate, 7);
-    out << ' ';
-    pad_left(out, c.reclaimed, 11);
-    out << ' ';
-    pad_left(out, c.oldest, 7);
-    out << "\n";
+    print_figures(out, c);
   }
 }
 
