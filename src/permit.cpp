@@ -62,8 +62,17 @@ std::optional<std::chrono::milliseconds> Permit::ttl() const noexcept {
 
 std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
   std::int64_t exp = expires_ns_;
-  if (att_ && att_->leases[slot_].id.load(std::memory_order_acquire) == id_)
-    exp = att_->leases[slot_].expires_ns.load(std::memory_order_relaxed);
+  if (att_) {
+    // A renewal may have moved the expiry: read the slot, but keep what was
+    // read only if the slot still held this lease afterwards. Once the lease
+    // ended, the slot may hold somebody else's.
+    const detail::layout::lease_slot& l = att_->leases[slot_];
+    if (l.id.load(std::memory_order_acquire) == id_) {
+      const std::int64_t live = l.expires_ns.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (l.id.load(std::memory_order_relaxed) == id_) exp = live;
+    }
+  }
   if (exp == 0) return std::nullopt;
   return clock::time_point(std::chrono::nanoseconds(exp));
 }

@@ -681,6 +681,10 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
   add(hdr->stats.acquired, 1);
   if (expires != kNoExpiry && expires < hdr->earliest_expiry_ns.load(std::memory_order_relaxed))
     hdr->earliest_expiry_ns.store(expires, std::memory_order_relaxed);
+  // Readers without the lock check the id before and after reading a field
+  // (Permit::expires_at): the previous lease's id = 0 must be seen before
+  // this lease's fields.
+  std::atomic_thread_fence(std::memory_order_release);
   l.id.store(id, std::memory_order_release);
   return slot;
 }
