@@ -543,10 +543,22 @@ void attachment::repair() {
 
   std::vector<std::uint32_t> queued;
   for (std::uint32_t i = 0; i < nw; ++i) {
-    const std::uint32_t st = waiters[i].state.load();
+    waiter_slot& w = waiters[i];
+    const std::uint32_t st = w.state.load();
     if (st == kWaiterFree) continue;
-    if (waiters[i].holder < nh) add(holders[waiters[i].holder].waiting, 1);
-    if (st == kWaiting) queued.push_back(i);
+    if (w.holder < nh) add(holders[w.holder].waiting, 1);
+    if (st != kWaiting) continue;
+    // A handoff cut short: the lease was published for this waiter, which
+    // was not yet told. Finish it, or the seat stays with nobody's permit.
+    const std::uint64_t granted = w.permit_id.load();
+    const std::uint32_t lease = w.lease.load();
+    if (granted != 0 && lease < hwm && leases[lease].id.load() == granted) {
+      w.state.store(kGranted, std::memory_order_release);
+      w.seq.fetch_add(1, std::memory_order_release);
+      sys::futex_wake(&w.seq, 1);
+      continue;
+    }
+    queued.push_back(i);
   }
   std::sort(queued.begin(), queued.end(), [this](std::uint32_t a, std::uint32_t b) {
     return waiters[a].ticket < waiters[b].ticket;
@@ -656,7 +668,7 @@ double attachment::ewma_now(std::int64_t now) const {
 }
 
 std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t ttl_ms,
-                                std::int64_t now, std::uint64_t& id) {
+                                std::int64_t now, std::uint64_t& id, waiter_slot* to) {
   std::uint32_t slot;
   if (hdr->free_lease != kNil) {
     slot = hdr->free_lease - 1;
@@ -669,6 +681,10 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
   }
   lease_slot& l = leases[slot];
   const std::int64_t expires = ttl_ms > 0 ? now + ms_to_ns(ttl_ms) : kNoExpiry;
+  // Readers without the lock check the id before and after reading a field
+  // (Permit::expires_at): the previous lease's id = 0 must be seen before
+  // this lease's fields.
+  std::atomic_thread_fence(std::memory_order_release);
   l.weight.store(weight, std::memory_order_relaxed);
   l.holder.store(holder, std::memory_order_relaxed);
   l.acquired_ns.store(now, std::memory_order_relaxed);
@@ -681,10 +697,10 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
   add(hdr->stats.acquired, 1);
   if (expires != kNoExpiry && expires < hdr->earliest_expiry_ns.load(std::memory_order_relaxed))
     hdr->earliest_expiry_ns.store(expires, std::memory_order_relaxed);
-  // Readers without the lock check the id before and after reading a field
-  // (Permit::expires_at): the previous lease's id = 0 must be seen before
-  // this lease's fields.
-  std::atomic_thread_fence(std::memory_order_release);
+  if (to) {
+    to->lease.store(slot, std::memory_order_relaxed);
+    to->permit_id.store(id, std::memory_order_relaxed);
+  }
   l.id.store(id, std::memory_order_release);
   return slot;
 }
@@ -813,10 +829,9 @@ void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
     // Strict FIFO: a head that does not fit holds back everyone behind it.
     if (hdr->used.load(std::memory_order_relaxed) + s.weight > cap) break;
     std::uint64_t id = 0;
-    const std::uint32_t lease = grant(s.holder, s.weight, s.ttl_ms, now, id);
+    grant(s.holder, s.weight, s.ttl_ms, now, id, &s);
+    SHMSEM_HOOK(mid_handoff);
     record_histogram(hdr->stats.wait, now - s.enqueued_ns);
-    s.lease.store(lease, std::memory_order_relaxed);
-    s.permit_id.store(id, std::memory_order_relaxed);
     dequeue(head - 1);
     s.state.store(kGranted, std::memory_order_release);
     s.seq.fetch_add(1, std::memory_order_release);

@@ -26,7 +26,7 @@ namespace shmsem::detail {
 /// `initializing`, where the init lock is held), so a test can kill its
 /// process exactly there.
 namespace testing {
-enum class point { locked, mid_grant, mid_release, initializing };
+enum class point { locked, mid_grant, mid_release, initializing, mid_handoff };
 using hook_fn = void (*)(point, std::string_view key);
 void set_hook(hook_fn fn);
 }  // namespace testing
@@ -108,9 +108,11 @@ struct attachment {
   // --- [locked] operations
   std::uint32_t ensure_self(wake_list& wakes);
   bool holder_alive(std::uint32_t holder) const;
-  /// Grants a lease of `weight` seats to `holder`; returns its slot.
+  /// Grants a lease of `weight` seats to `holder`; returns its slot. For a
+  /// queued waiter, `to` is its slot: it learns the lease before the lease
+  /// is published, so repair() can finish a handoff cut short by a death.
   std::uint32_t grant(std::uint32_t holder, int weight, std::int64_t ttl_ms, std::int64_t now_ns,
-                      std::uint64_t& id);
+                      std::uint64_t& id, layout::waiter_slot* to = nullptr);
   /// Ends a lease. `reason` kLostReleased is the holder's own release.
   void end_lease(std::uint32_t slot, layout::lost_reason reason, std::int64_t now_ns,
                  wake_list& wakes);

@@ -528,9 +528,10 @@ int main(int argc, char** argv) {
         worker_slot& ws = W->workers[w];
         if (ws.pid.load() > 0 && !ws.doomed.load() && w != pending_cs) {
           if (pending_cs < 0 && static_cast<int>(rng() % 100) < cfg.cs_kill_percent) {
-            static constexpr point kPoints[] = {point::locked, point::mid_grant,
-                                                point::mid_release};
-            ws.die_request.store(static_cast<std::uint32_t>(kPoints[rng() % 3]) + 1);
+            static constexpr point kPoints[] = {point::locked, point::mid_grant, point::mid_release,
+                                                point::mid_handoff};
+            ws.die_request.store(static_cast<std::uint32_t>(kPoints[rng() % std::size(kPoints)]) +
+                                 1);
             pending_cs = w;
             pending_deadline = now + 2'000'000'000;
           } else {

@@ -35,6 +35,8 @@ const char* name_of(point p) {
       return "mid_grant";
     case point::mid_release:
       return "mid_release";
+    case point::mid_handoff:
+      return "mid_handoff";
     default:
       return "initializing";
   }
@@ -122,6 +124,49 @@ TEST(DeathInCriticalSection, ExpiryCutShortIsCountedAsExpired) {
     } catch (const PermitNotHeldError& e) {
       EXPECT_NE(std::string(e.what()).find("TTL ran out"), std::string::npos) << e.what();
     }
+  }
+}
+
+// A releaser that dies after publishing the lease it hands to the queue
+// head, but before telling the head, leaves a seat held for a waiter that
+// still waits. The repair must finish the handoff: the waiter gets that
+// seat, and no seat stays held by nobody's permit.
+TEST(DeathInCriticalSection, HandoffCutShortIsFinishedForTheWaiter) {
+  test::unique_key key("mid_handoff");
+  Semaphore sem = Semaphore::open(key, 1);
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    test::pipe_channel held, go, got;
+    test::child_process releaser([&] {
+      Semaphore s = Semaphore::attach(key.str());
+      Permit p = s.acquire(1);
+      held.send();
+      go.receive();
+      die_at = point::mid_handoff;
+      armed = true;
+      detail::testing::set_hook(die_here);
+      p.release();  // hands the seat to the waiter, and dies halfway
+      return 1;
+    });
+    ASSERT_EQ(held.receive(), '.');
+    test::child_process waiter([&] {
+      Semaphore s = Semaphore::attach(key.str());
+      Permit p = s.acquire(1, {.wait_timeout = 30s});
+      got.send(p.is_held() ? 'g' : 'x');
+      p.release();
+      return 0;
+    });
+    ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
+    go.send();
+    ASSERT_EQ(releaser.wait(), 128 + SIGKILL) << "the releaser did not die in the handoff";
+    sem.reap();  // repairs: the waiter must now hold the seat
+    EXPECT_EQ(got.receive(), 'g');
+    EXPECT_EQ(waiter.wait(), 0);
+    EXPECT_EQ(sem.used(), 0);
+    EXPECT_EQ(sem.waiters(), 0);
+    EXPECT_TRUE(sem.holders().empty());
+    EXPECT_TRUE(test::stats_add_up(sem));
+    EXPECT_EQ(sem.stats().recoveries, static_cast<std::uint64_t>(round + 1));
   }
 }
 
