@@ -54,10 +54,13 @@ using shmsem::detail::testing::point;
 constexpr int kMaxWorkers = 64;
 constexpr int kMaxThreads = 16;
 
-std::int64_t now_ns() {
+std::int64_t clock_ns(clockid_t id) {
   timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  ::clock_gettime(id, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+std::int64_t now_ns() {
+  return clock_ns(CLOCK_MONOTONIC);
 }
 
 struct config {
@@ -201,9 +204,15 @@ void worker_thread(const config& cfg, shmsem::Semaphore& sem, thread_slot& t, st
     if (with_ttl && pct() < 4) hold_ms = static_cast<int>(o.ttl->count()) + between(10, 40);
     if (hold_ms) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
     if (with_ttl && pct() < 25) {
+      const int ttl_ms = between(20, 120);
+      // An extension may shorten the lease. Until the record has the new
+      // expiry, it must not claim a later one than the library's, which
+      // reads its coarse clock after this read: take the lower bound.
+      const std::int64_t at_least = clock_ns(CLOCK_MONOTONIC_COARSE) + ttl_ms * 1'000'000LL;
+      if (at_least < t.rec.expires_ns.load()) write_record(t.rec, p->id(), p->weight(), at_least);
       try {
         busy_guard g(t, kNoWait);
-        p->extend(std::chrono::milliseconds(between(20, 120)));
+        p->extend(std::chrono::milliseconds(ttl_ms));
         write_record(t.rec, p->id(), p->weight(), expiry_of(*p));
         t.extends.fetch_add(1, std::memory_order_relaxed);
       } catch (const shmsem::ExtensionError&) {
@@ -294,6 +303,7 @@ bool snapshot(const config& cfg, totals& t) {
       std::uint64_t id;
       int seats;
       std::int64_t expires;
+      int worker, thread;
     };
     std::vector<seen> held;
     bool doomed[kMaxWorkers];
@@ -303,7 +313,7 @@ bool snapshot(const config& cfg, totals& t) {
       for (int i = 0; i < cfg.threads; ++i) {
         const record& r = W->workers[w].threads[i].rec;
         const std::uint64_t id = r.permit_id.load();
-        if (id != 0) held.push_back({id, r.seats.load(), r.expires_ns.load()});
+        if (id != 0) held.push_back({id, r.seats.load(), r.expires_ns.load(), w, i});
       }
     }
     bool stable = true;
@@ -330,8 +340,13 @@ bool snapshot(const config& cfg, totals& t) {
     t.lapsed_in_snapshot += lapsed;
     t.max_concurrent = std::max(t.max_concurrent, sum);
     if (sum > cfg.bound && ++t.over_admissions <= 5) {
-      std::fprintf(stderr, "chaos: OVER-ADMISSION: %d seats held at once, capacity %d\n", sum,
+      std::fprintf(stderr, "chaos: OVER-ADMISSION: %d seats held at once, capacity %d:", sum,
                    cfg.capacity);
+      for (const seen& s : held)
+        std::fprintf(stderr, " [worker %d thread %d permit %" PRIu64 " seats %d expiry %s%.3f ms]",
+                     s.worker, s.thread, s.id, s.seats, s.expires ? "in " : "none ",
+                     s.expires ? static_cast<double>(s.expires - after) / 1e6 : 0.0);
+      std::fprintf(stderr, "\n");
     }
     std::sort(ids.begin(), ids.end());
     if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
