@@ -550,15 +550,22 @@ void attachment::repair() {
     if (st != kWaiting) continue;
     // A handoff cut short: the lease was published for this waiter, which
     // was not yet told. Finish it, or the seat stays with nobody's permit.
+    // Likewise a rejection: a waiter that can never fit must not be queued
+    // again, where it would hold back everyone behind it.
     const std::uint64_t granted = w.permit_id.load();
     const std::uint32_t lease = w.lease.load();
-    if (granted != 0 && lease < hwm && leases[lease].id.load() == granted) {
-      w.state.store(kGranted, std::memory_order_release);
-      w.seq.fetch_add(1, std::memory_order_release);
-      sys::futex_wake(&w.seq, 1);
+    std::uint32_t told = kWaiting;
+    if (granted != 0 && lease < hwm && leases[lease].id.load() == granted)
+      told = kGranted;
+    else if (w.weight > hdr->capacity.load())
+      told = kRejected;
+    if (told == kWaiting) {
+      queued.push_back(i);
       continue;
     }
-    queued.push_back(i);
+    w.state.store(told, std::memory_order_release);
+    w.seq.fetch_add(1, std::memory_order_release);
+    sys::futex_wake(&w.seq, 1);
   }
   std::sort(queued.begin(), queued.end(), [this](std::uint32_t a, std::uint32_t b) {
     return waiters[a].ticket < waiters[b].ticket;
@@ -847,6 +854,7 @@ void attachment::reject_oversized(wake_list& wakes) {
     const std::uint32_t next = s.next;
     if (s.weight > cap) {
       dequeue(w - 1);
+      SHMSEM_HOOK(mid_handoff);
       s.state.store(kRejected, std::memory_order_release);
       s.seq.fetch_add(1, std::memory_order_release);
       wakes.add(w - 1);

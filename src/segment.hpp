@@ -24,7 +24,8 @@ namespace shmsem::detail {
 /// Test-only hooks, compiled into the test build of the library alone. A
 /// hook runs at the named point with the segment lock held (except
 /// `initializing`, where the init lock is held), so a test can kill its
-/// process exactly there.
+/// process exactly there. `mid_handoff`: a queued waiter's fate is decided
+/// (granted or rejected) but the waiter is not yet told.
 namespace testing {
 enum class point { locked, mid_grant, mid_release, initializing, mid_handoff };
 using hook_fn = void (*)(point, std::string_view key);

@@ -1,6 +1,7 @@
 // critical_section_death_test.cpp: a process dies inside the segment's
 // critical section (right after taking the lock, halfway through a grant,
-// halfway through a release), 100 times in a row. After every death the
+// halfway through a release, halfway through telling a queued waiter its
+// fate), many times in a row. After every death the
 // segment must be consistent: the next locker repairs it, the counters
 // match the lease table, the stats add up, and the survivors' permits hold.
 #include <shmsem/shmsem.hpp>
@@ -168,6 +169,48 @@ TEST(DeathInCriticalSection, HandoffCutShortIsFinishedForTheWaiter) {
     EXPECT_TRUE(test::stats_add_up(sem));
     EXPECT_EQ(sem.stats().recoveries, static_cast<std::uint64_t>(round + 1));
   }
+}
+
+// Likewise for a rejection: a process that shrinks the capacity below a
+// queued request and dies before telling that waiter must not leave it
+// queued, where it could never fit and would block everyone behind it.
+TEST(DeathInCriticalSection, RejectionCutShortIsFinishedForTheWaiter) {
+  test::unique_key key("mid_reject");
+  Semaphore sem = Semaphore::open(key, 2);
+  Permit mine = sem.acquire(1);
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    sem.set_capacity(2);
+    test::pipe_channel told;
+    test::child_process waiter([&] {
+      Semaphore s = Semaphore::attach(key.str());
+      try {
+        (void)s.acquire(2, {.wait_timeout = 30s});
+        told.send('g');
+      } catch (const AcquisitionError& e) {
+        told.send(e.reason() == Reason::exceeds_capacity ? 'r' : 'x');
+      }
+      return 0;
+    });
+    ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
+    test::child_process shrinker([&] {
+      Semaphore s = Semaphore::attach(key.str());
+      die_at = point::mid_handoff;
+      armed = true;
+      detail::testing::set_hook(die_here);
+      s.set_capacity(1);  // rejects the waiter, and dies halfway
+      return 1;
+    });
+    ASSERT_EQ(shrinker.wait(), 128 + SIGKILL) << "the shrinker did not die in the rejection";
+    sem.reap();  // repairs: the waiter must now be told
+    EXPECT_EQ(told.receive(), 'r');
+    EXPECT_EQ(waiter.wait(), 0);
+    EXPECT_EQ(sem.capacity(), 1);
+    EXPECT_EQ(sem.waiters(), 0);
+    EXPECT_TRUE(mine.is_held());
+    EXPECT_TRUE(test::stats_add_up(sem));
+  }
+  mine.release();
 }
 
 INSTANTIATE_TEST_SUITE_P(AtEachHook, DeathInCriticalSection,
