@@ -68,8 +68,7 @@ std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
     // ended, the slot may hold somebody else's.
     const detail::layout::lease_slot& l = att_->leases[slot_];
     if (l.id.load(std::memory_order_acquire) == id_) {
-      const std::int64_t live = l.expires_ns.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
+      const std::int64_t live = l.expires_ns.load(std::memory_order_acquire);
       if (l.id.load(std::memory_order_relaxed) == id_) exp = live;
     }
   }

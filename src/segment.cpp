@@ -688,14 +688,13 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
   }
   lease_slot& l = leases[slot];
   const std::int64_t expires = ttl_ms > 0 ? now + ms_to_ns(ttl_ms) : kNoExpiry;
-  // Readers without the lock check the id before and after reading a field
-  // (Permit::expires_at): the previous lease's id = 0 must be seen before
-  // this lease's fields.
-  std::atomic_thread_fence(std::memory_order_release);
   l.weight.store(weight, std::memory_order_relaxed);
   l.holder.store(holder, std::memory_order_relaxed);
   l.acquired_ns.store(now, std::memory_order_relaxed);
-  l.expires_ns.store(expires, std::memory_order_relaxed);
+  // Release: Permit::expires_at() reads the expiry between two reads of the
+  // id without the lock; one that sees this lease's expiry must then see
+  // the previous lease's id = 0.
+  l.expires_ns.store(expires, std::memory_order_release);
   ewma_advance(now);
   add(hdr->used, weight);
   SHMSEM_HOOK(mid_grant);
