@@ -2,6 +2,7 @@
 #include <shmsem/observer.hpp>
 #include <shmsem/permit.hpp>
 
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -96,16 +97,21 @@ void Permit::extend(std::chrono::milliseconds ttl) {
     throw ExtensionError("shmsem: extend() on a permit that holds nothing (released or moved)");
   std::string why;
   std::int64_t exp = 0;
-  if (detail::extend_lease(*att_, slot_, id_, ttl.count(), INT64_MAX, &exp, &why) !=
-      detail::extend_result::extended)
+  detail::extend_result r;
+  {
+    // Held across the extension, so that a renewal in flight cannot set
+    // the expiry back to the old TTL after this one.
+    std::unique_lock<std::mutex> g;
+    if (renewal_) g = std::unique_lock(renewal_->mu);
+    r = detail::extend_lease(*att_, slot_, id_, ttl.count(), INT64_MAX, &exp, &why);
+    if (r == detail::extend_result::extended && renewal_) renewal_->ttl_ms = ttl.count();
+  }
+  if (r != detail::extend_result::extended)
     throw ExtensionError("shmsem: cannot extend permit " + std::to_string(id_) + " of '" +
                          att_->key + "': " + why);
   ttl_ms_ = ttl.count();
   expires_ns_ = exp;
-  if (renewal_) {
-    std::lock_guard g(renewal_->mu);
-    renewal_->ttl_ms = ttl.count();
-  }
+  if (renewal_) detail::reschedule_renewal(renewal_);
 }
 
 namespace {

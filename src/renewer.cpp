@@ -54,6 +54,12 @@ class renewer {
     cv_.notify_one();
   }
 
+  void reschedule(renewal& r, std::int64_t ttl_ms) {
+    std::lock_guard g(mu_);
+    r.due_ns = sys::precise_now_ns() + third_of(ttl_ms);
+    cv_.notify_one();
+  }
+
   template <class Pred>
   void stop_if(Pred pred) {
     std::vector<std::shared_ptr<renewal>> hit;
@@ -73,7 +79,7 @@ class renewer {
                                     [](const auto& e) { return !e->active.load(); }),
                      entries_.end());
       std::int64_t next = sys::kNever;
-      for (auto& e : entries_) next = std::min(next, e->due_ns);
+      for (auto& e : entries_) next = std::min(next, e->due_ns.load());
       if (next == sys::kNever) {
         cv_.wait(lk);
         continue;
@@ -92,9 +98,13 @@ class renewer {
     }
   }
 
+  static std::int64_t third_of(std::int64_t ttl_ms) {
+    return std::max<std::int64_t>(1, ttl_ms / 3) * 1'000'000;
+  }
+
   static void renew_one(renewal& e) {
-    const std::int64_t third = std::max<std::int64_t>(1, e.ttl_ms / 3) * 1'000'000;
     std::lock_guard g(e.mu);
+    const std::int64_t third = third_of(e.ttl_ms);
     if (e.stopped) return;
     std::string why;
     const std::int64_t now = sys::precise_now_ns();
@@ -140,6 +150,15 @@ renewer& get() {
 
 void renew_in_background(const std::shared_ptr<renewal>& r) {
   get().add(r);
+}
+
+void reschedule_renewal(const std::shared_ptr<renewal>& r) {
+  std::int64_t ttl_ms;
+  {
+    std::lock_guard g(r->mu);
+    ttl_ms = r->ttl_ms;
+  }
+  get().reschedule(*r, ttl_ms);
 }
 
 void stop_renewals_of(std::uint64_t handle_id) {

@@ -21,8 +21,8 @@ struct renewal {
   std::uint64_t handle_id = 0;
   bool stopped = false;  // under mu
   std::atomic<bool> lost{false};
-  std::atomic<bool> active{true};  // !stopped && !lost, readable without mu
-  std::int64_t due_ns = 0;         // under the renewer's own mutex
+  std::atomic<bool> active{true};       // !stopped && !lost, readable without mu
+  std::atomic<std::int64_t> due_ns{0};  // next renewal; the thread and reschedule() write it
 
   /// Stops renewal; waits for an extension in progress. Never blocks on
   /// anything but that extension.
@@ -31,6 +31,9 @@ struct renewal {
 
 /// Hands a renewal to the thread (started on first use).
 void renew_in_background(const std::shared_ptr<renewal>& r);
+/// The permit's TTL changed (extend()): renew at a third of the new TTL
+/// from now, not at the old cadence, which may be later than the new expiry.
+void reschedule_renewal(const std::shared_ptr<renewal>& r);
 /// Stops the renewals of one handle's permits (shutdown()).
 void stop_renewals_of(std::uint64_t handle_id);
 /// Stops every renewal of this process (shutdown_all()).

@@ -285,6 +285,23 @@ TEST(Semaphore, AutoRenewKeepsTheLeaseAlive) {
   EXPECT_THROW(p.release(), PermitNotHeldError);
 }
 
+// An extension with a shorter TTL must also shorten the renewal cadence:
+// at the old one (every 10 s here) the lease would lapse at 3 s.
+TEST(Semaphore, ExtendingAnAutoRenewingPermitRenewsAtTheNewCadence) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire(1, {.ttl = 30s, .auto_renew = true});
+  p.extend(3s);
+  EXPECT_EQ(p.ttl(), 3s);
+  const auto extended = *p.expires_at();
+  EXPECT_LE(extended, Permit::clock::now() + 3s);
+  ASSERT_TRUE(eventually([&] { return *p.expires_at() > extended; }, 10s))
+      << "no renewal within 10 s of extend(3s)";
+  EXPECT_TRUE(p.is_held());
+  EXPECT_TRUE(p.auto_renewing());
+  EXPECT_LE(*p.expires_at(), Permit::clock::now() + 3s) << "renewed with the old TTL";
+}
+
 TEST(Semaphore, AutoRenewMarksAPermitLostWhenItsSeatIsTaken) {
   unique_key k;
   auto s = Semaphore::open(k, 1, {.ttl = 60ms, .auto_renew = true});
