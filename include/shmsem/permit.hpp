@@ -63,8 +63,10 @@ class SHMSEM_API Permit {
   void release();
 
   /// Sets the lease's expiry to now + ttl (ttl >= 1ms and <= kMaxDuration,
-  /// else std::invalid_argument). A permit without TTL gains one.
-  /// Throws ExtensionError if the seats were already lost, expired included.
+  /// else std::invalid_argument). A permit without TTL gains one. An
+  /// auto-renewing permit is renewed with the new TTL from then on, at a
+  /// third of it. Throws ExtensionError if the seats were already lost,
+  /// expired included.
   void extend(std::chrono::milliseconds ttl);
 
   /// Live check against the segment, without any lock: false once the seats
