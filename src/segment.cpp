@@ -656,6 +656,16 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
 // ---------------------------------------------------------------------------
 // Leases
 
+namespace {
+// now - then, without overflow when `then` comes from a corrupt segment;
+// 0 if `then` is not earlier.
+std::int64_t elapsed_ns(std::int64_t now, std::int64_t then) {
+  if (then >= now) return 0;
+  const std::uint64_t d = static_cast<std::uint64_t>(now) - static_cast<std::uint64_t>(then);
+  return d > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(d);
+}
+}  // namespace
+
 void attachment::ewma_advance(std::int64_t now) {
   const std::int64_t t = hdr->ewma_ns.load(std::memory_order_relaxed);
   if (now <= t) return;  // same clock tick: the level changes, the average waits
@@ -670,7 +680,7 @@ double attachment::ewma_now(std::int64_t now) const {
                        hdr->capacity.load(std::memory_order_relaxed);
   if (now <= t) return v;
   constexpr double kHalfLifeNs = std::chrono::nanoseconds(kEwmaHalfLife).count();
-  const double decay = std::exp2(-static_cast<double>(now - t) / kHalfLifeNs);
+  const double decay = std::exp2(-static_cast<double>(elapsed_ns(now, t)) / kHalfLifeNs);
   return level + (v - level) * decay;
 }
 
@@ -734,7 +744,8 @@ void attachment::end_lease(std::uint32_t slot, lost_reason reason, std::int64_t 
     add(holders[holder].leases, -1);
   l.next_free = hdr->free_lease;
   hdr->free_lease = slot + 1;
-  if (reason == kLostReleased) hold_sample(now - l.acquired_ns.load(std::memory_order_relaxed));
+  if (reason == kLostReleased)
+    hold_sample(elapsed_ns(now, l.acquired_ns.load(std::memory_order_relaxed)));
   count_end(hdr->stats, reason, weight);
   hdr->ending = 0;
   if (hdr->used.load(std::memory_order_relaxed) == 0 &&
@@ -837,7 +848,7 @@ void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
     std::uint64_t id = 0;
     grant(s.holder, s.weight, s.ttl_ms, now, id, &s);
     SHMSEM_HOOK(mid_handoff);
-    record_histogram(hdr->stats.wait, now - s.enqueued_ns);
+    record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
     dequeue(head - 1);
     s.state.store(kGranted, std::memory_order_release);
     s.seq.fetch_add(1, std::memory_order_release);
