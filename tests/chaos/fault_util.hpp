@@ -1,6 +1,5 @@
-// fault_util.hpp: what the fault tests share: the stats identity, a
-// structural validation of the segment file as it is on disk, and a child
-// process that holds a seat until it is killed.
+// fault_util.hpp: checks shared by the fault tests: the stats identity and
+// a structural validation of the segment file as it is on disk.
 #pragma once
 
 #include <shmsem/shmsem.hpp>
@@ -14,7 +13,6 @@
 #include <vector>
 
 #include "layout.hpp"
-#include "test_support.hpp"
 
 namespace shmsem::test {
 
@@ -28,20 +26,6 @@ inline ::testing::AssertionResult stats_add_up(const Semaphore& sem) {
          << "acquired=" << s.acquired << " but released=" << s.released << " reaped=" << s.reaped
          << " expired=" << s.expired << " force_released=" << s.force_released
          << " still held=" << live;
-}
-
-/// A child process that attaches to `key`, takes one seat and holds it
-/// until it is killed. Returns once the child holds the seat.
-inline child_process seat_holder(std::string_view key) {
-  pipe_channel held;
-  child_process holder([&] {
-    Permit p = Semaphore::attach(key).acquire();
-    held.send();
-    ::pause();
-    return 0;
-  });
-  if (held.receive() != '.') ADD_FAILURE() << "the seat holder did not report for " << key;
-  return holder;
 }
 
 /// layout::validate over the first page of the segment file of `key`.

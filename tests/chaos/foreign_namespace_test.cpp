@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fault_util.hpp"
+#include "seat_holder.hpp"
 #include "test_support.hpp"
 
 #ifndef SHMSEM_FAULT_HELPER
@@ -116,7 +117,7 @@ TEST_F(ForeignNamespace, ForeignReaperDoesNotReapOurLiveHolders) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 2);
   Permit mine = sem.acquire();
-  test::child_process other = test::seat_holder(key);
+  test::seat_holder other(key.str(), 2, 1);
   program reaper(in_new_pid_namespace({SHMSEM_FAULT_HELPER, "reap", key.str()}));
   EXPECT_EQ(reaper.line(), "freed=0 used=2 held=2 foreign=2 alive=2");
   EXPECT_EQ(reaper.wait(), 0);

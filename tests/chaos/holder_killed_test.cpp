@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "fault_util.hpp"
+#include "seat_holder.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {
@@ -20,15 +21,8 @@ using clk = std::chrono::steady_clock;
 TEST(HolderKilled, WaiterInAnotherProcessGetsTheSeatOfAKilledHolder) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 2);
-  test::pipe_channel held, waiting, go;
-  test::child_process holder([&] {
-    Semaphore s = Semaphore::attach(key);
-    Permit p = s.acquire(2);
-    held.send();
-    go.receive(std::chrono::minutes(5));
-    return 0;
-  });
-  ASSERT_EQ(held.receive(), '.');
+  test::seat_holder holder(key.str(), 2, 2);
+  test::pipe_channel waiting;
   test::child_process waiter([&] {
     Semaphore s = Semaphore::attach(key);
     waiting.send();
@@ -38,7 +32,7 @@ TEST(HolderKilled, WaiterInAnotherProcessGetsTheSeatOfAKilledHolder) {
   ASSERT_EQ(waiting.receive(), '.');
   ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
   const auto killed = clk::now();
-  holder.kill(SIGKILL);
+  holder.proc.kill(SIGKILL);
   EXPECT_EQ(waiter.wait(), 0);
   // The head waiter looks for dead holders every 10 ms; allow a wide margin.
   EXPECT_LT(clk::now() - killed, 2s);
@@ -51,21 +45,13 @@ TEST(HolderKilled, WaiterInAnotherProcessGetsTheSeatOfAKilledHolder) {
 TEST(HolderKilled, BlockedThreadOfThisProcessProceeds) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 1);
-  test::pipe_channel held;
-  test::child_process holder([&] {
-    Semaphore s = Semaphore::attach(key);
-    Permit p = s.acquire();
-    held.send();
-    ::pause();
-    return 0;
-  });
-  ASSERT_EQ(held.receive(), '.');
+  test::seat_holder holder(key.str(), 1, 1);
   bool got = false;
   std::thread waiter([&] { got = sem.acquire(1, {.wait_timeout = 20s}).is_held(); });
   ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
   // Alive, it keeps its seat: nothing is reaped.
   EXPECT_EQ(sem.reap(), 0);
-  holder.kill(SIGKILL);
+  holder.proc.kill(SIGKILL);
   waiter.join();
   EXPECT_TRUE(got);
   EXPECT_EQ(sem.used(), 0);
@@ -74,11 +60,11 @@ TEST(HolderKilled, BlockedThreadOfThisProcessProceeds) {
 TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 1);
-  test::child_process holder = test::seat_holder(key);
+  test::seat_holder holder(key.str(), 1, 1);
   ASSERT_EQ(sem.holders().size(), 1u);
   EXPECT_EQ(sem.holders()[0].state, HolderState::alive);
-  EXPECT_EQ(sem.holders()[0].pid, holder.pid());
-  holder.kill(SIGKILL);
+  EXPECT_EQ(sem.holders()[0].pid, holder.proc.pid());
+  holder.proc.kill(SIGKILL);
   ASSERT_EQ(sem.holders().size(), 1u);
   EXPECT_EQ(sem.holders()[0].state, HolderState::dead);
   auto p = sem.try_acquire();  // reclaims before it reports full
@@ -89,11 +75,12 @@ TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {
 TEST(HolderKilled, ZombieHolderNotYetWaitedForIsDead) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 1);
-  test::child_process holder = test::seat_holder(key);
-  ::kill(holder.pid(), SIGKILL);  // not waited for: it stays a zombie
+  test::seat_holder holder(key.str(), 1, 1);
+  ::kill(holder.proc.pid(), SIGKILL);  // not waited for: it stays a zombie
   ASSERT_TRUE(test::eventually([&] {
     char state = 0;
-    if (FILE* f = std::fopen(("/proc/" + std::to_string(holder.pid()) + "/stat").c_str(), "r")) {
+    if (FILE* f =
+            std::fopen(("/proc/" + std::to_string(holder.proc.pid()) + "/stat").c_str(), "r")) {
       char buf[512] = {};
       std::fread(buf, 1, sizeof buf - 1, f);
       std::fclose(f);
@@ -103,7 +90,7 @@ TEST(HolderKilled, ZombieHolderNotYetWaitedForIsDead) {
   })) << "the child never became a zombie";
   EXPECT_EQ(sem.reap(), 1);
   EXPECT_EQ(sem.used(), 0);
-  EXPECT_EQ(holder.wait(), 128 + SIGKILL);
+  EXPECT_EQ(holder.proc.wait(), 128 + SIGKILL);
 }
 
 }  // namespace

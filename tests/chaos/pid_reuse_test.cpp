@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "fault_util.hpp"
+#include "seat_holder.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {
@@ -42,9 +43,9 @@ TEST(PidReuse, DeadHolderWhosePidIsReusedIsStillReaped) {
   if (pid_max() > 65536) GTEST_SKIP() << "pid_max is " << pid_max() << ": too large to cycle";
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 1);
-  test::child_process holder = test::seat_holder(key);
-  const pid_t dead = holder.pid();
-  holder.kill(SIGKILL);
+  test::seat_holder holder(key.str(), 1, 1);
+  const pid_t dead = holder.proc.pid();
+  holder.proc.kill(SIGKILL);
 
   // Cycle PIDs until the next one the kernel hands out is `dead`, then
   // fork the impostor. vfork() children that exit at once make the cycling

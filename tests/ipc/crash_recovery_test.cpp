@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "seat_holder.hpp"
 #include "segment.hpp"
 #include "test_support.hpp"
 
@@ -19,25 +20,12 @@ using test::child_process;
 using test::pipe_channel;
 using test::unique_key;
 
-// A child that takes `n` seats, reports, then waits to be killed.
-child_process holder(const unique_key& k, int cap, int n, pipe_channel& ready) {
-  return child_process([&k, cap, n, &ready] {
-    auto s = Semaphore::open(k, cap);
-    auto p = s.acquire(n);
-    ready.send('h');
-    ::pause();
-    return 0;
-  });
-}
-
 TEST(CrashRecovery, TryAcquireReclaimsTheSeatOfAKilledHolder) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
-  pipe_channel ready;
-  auto c = holder(k, 1, 1, ready);
-  ASSERT_EQ(ready.receive(), 'h');
+  test::seat_holder c(k.str(), 1, 1);
   EXPECT_FALSE(s.try_acquire().has_value());
-  c.kill(SIGKILL);
+  c.proc.kill(SIGKILL);
   auto p = s.try_acquire();
   ASSERT_TRUE(p.has_value()) << "the dead holder's seat was not reclaimed";
   EXPECT_EQ(s.stats().reaped, 1u);
@@ -47,28 +35,24 @@ TEST(CrashRecovery, TryAcquireReclaimsTheSeatOfAKilledHolder) {
 TEST(CrashRecovery, ReapReclaimsAZombieHoldersSeat) {
   unique_key k;
   auto s = Semaphore::open(k, 2);
-  pipe_channel ready;
-  auto c = holder(k, 2, 2, ready);
-  ASSERT_EQ(ready.receive(), 'h');
-  ::kill(c.pid(), SIGKILL);
+  test::seat_holder c(k.str(), 2, 2);
+  ::kill(c.proc.pid(), SIGKILL);
   // Not waited for yet: a zombie, whose PID still answers kill(pid, 0).
   ASSERT_TRUE(test::eventually([&] { return s.holders().at(0).state == HolderState::dead; }));
   EXPECT_EQ(s.reap(), 2);
   EXPECT_EQ(s.used(), 0);
-  c.kill(SIGKILL);
+  c.proc.kill(SIGKILL);
 }
 
 TEST(CrashRecovery, BlockedWaiterGetsTheSeatSoonAfterTheHolderDies) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
-  pipe_channel ready;
-  auto c = holder(k, 1, 1, ready);
-  ASSERT_EQ(ready.receive(), 'h');
+  test::seat_holder c(k.str(), 1, 1);
   std::chrono::steady_clock::time_point killed;
   std::thread killer([&] {
     while (s.waiters() == 0) std::this_thread::yield();
     killed = std::chrono::steady_clock::now();
-    ::kill(c.pid(), SIGKILL);
+    ::kill(c.proc.pid(), SIGKILL);
   });
   auto p = s.acquire(1, {.wait_timeout = 30s});
   const auto took = std::chrono::steady_clock::now() - killed;
@@ -77,15 +61,14 @@ TEST(CrashRecovery, BlockedWaiterGetsTheSeatSoonAfterTheHolderDies) {
   // The design target is 50 ms (the head waiter checks every 10 ms); the
   // bound here is generous so a loaded CI machine does not make it flaky.
   EXPECT_LT(took, 2s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
-  c.kill(SIGKILL);
+  c.proc.kill(SIGKILL);
 }
 
 TEST(CrashRecovery, WaiterOfAnotherProcessProceedsAfterAKill) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
-  pipe_channel ready, waiting, got;
-  auto h = holder(k, 1, 1, ready);
-  ASSERT_EQ(ready.receive(), 'h');
+  test::seat_holder h(k.str(), 1, 1);
+  pipe_channel waiting, got;
   child_process waiter([&] {
     auto s2 = Semaphore::open(k, 1);
     waiting.send('w');
@@ -94,7 +77,7 @@ TEST(CrashRecovery, WaiterOfAnotherProcessProceedsAfterAKill) {
     return 0;
   });
   ASSERT_EQ(waiting.receive(), 'w');
-  h.kill(SIGKILL);
+  h.proc.kill(SIGKILL);
   EXPECT_EQ(got.receive(), 'g');
   EXPECT_EQ(waiter.wait(), 0);
   EXPECT_EQ(s.used(), 0);
@@ -166,11 +149,9 @@ TEST(CrashRecovery, CreatorKilledDuringInitializationIsRedone) {
 TEST(CrashRecovery, ReusedPidDoesNotKeepADeadHoldersSeat) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
-  pipe_channel ready;
-  auto h = holder(k, 1, 1, ready);
-  ASSERT_EQ(ready.receive(), 'h');
-  const pid_t dead_pid = h.pid();
-  h.kill(SIGKILL);
+  test::seat_holder h(k.str(), 1, 1);
+  const pid_t dead_pid = h.proc.pid();
+  h.proc.kill(SIGKILL);
   // Cycle PIDs until a new, live process has the dead holder's PID.
   pipe_channel hold_open;
   pid_t twin = -1;
@@ -201,14 +182,12 @@ TEST(CrashRecovery, ReusedPidDoesNotKeepADeadHoldersSeat) {
 TEST(CrashRecovery, LiveHolderIsNeverReaped) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
-  pipe_channel ready;
-  auto h = holder(k, 1, 1, ready);
-  ASSERT_EQ(ready.receive(), 'h');
+  test::seat_holder h(k.str(), 1, 1);
   EXPECT_EQ(s.reap(), 0);
   EXPECT_FALSE(s.try_acquire().has_value());
   EXPECT_EQ(s.holders().at(0).state, HolderState::alive);
-  EXPECT_EQ(s.holders().at(0).pid, h.pid());
-  h.kill(SIGKILL);
+  EXPECT_EQ(s.holders().at(0).pid, h.proc.pid());
+  h.proc.kill(SIGKILL);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// seat_holder.hpp: what the tool tests share: a process that holds seats
-// for the tools to look at, and a file that is not a segment.
+// seat_holder.hpp: a process that holds seats for a test to look at, kill
+// or let go, and a file that is not a segment.
 #pragma once
 
 #include <fcntl.h>
