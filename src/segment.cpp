@@ -542,6 +542,7 @@ void attachment::repair() {
   settle_stats(hdr, leases, live);
 
   std::vector<std::uint32_t> queued;
+  wake_list told;
   for (std::uint32_t i = 0; i < nw; ++i) {
     waiter_slot& w = waiters[i];
     const std::uint32_t st = w.state.load();
@@ -554,18 +555,12 @@ void attachment::repair() {
     // again, where it would hold back everyone behind it.
     const std::uint64_t granted = w.permit_id.load();
     const std::uint32_t lease = w.lease.load();
-    std::uint32_t told = kWaiting;
     if (granted != 0 && lease < hwm && leases[lease].id.load() == granted)
-      told = kGranted;
+      tell(i, kGranted, told);
     else if (w.weight > hdr->capacity.load())
-      told = kRejected;
-    if (told == kWaiting) {
+      tell(i, kRejected, told);
+    else
       queued.push_back(i);
-      continue;
-    }
-    w.state.store(told, std::memory_order_release);
-    w.seq.fetch_add(1, std::memory_order_release);
-    sys::futex_wake(&w.seq, 1);
   }
   std::sort(queued.begin(), queued.end(), [this](std::uint32_t a, std::uint32_t b) {
     return waiters[a].ticket < waiters[b].ticket;
@@ -580,6 +575,7 @@ void attachment::repair() {
   hdr->queue_head.store(queued.empty() ? kNil : queued.front() + 1);
   hdr->queue_tail.store(prev);
   hdr->waiters.store(static_cast<std::int32_t>(queued.size()));
+  wake(told);  // under the lock: the repairing caller has no place to defer it to
 }
 
 // ---------------------------------------------------------------------------
@@ -850,10 +846,14 @@ void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
     SHMSEM_HOOK(mid_handoff);
     record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
     dequeue(head - 1);
-    s.state.store(kGranted, std::memory_order_release);
-    s.seq.fetch_add(1, std::memory_order_release);
-    wakes.add(head - 1);
+    tell(head - 1, kGranted, wakes);
   }
+}
+
+void attachment::tell(std::uint32_t w, waiter_state state, wake_list& wakes) {
+  waiters[w].state.store(state, std::memory_order_release);
+  waiters[w].seq.fetch_add(1, std::memory_order_release);
+  wakes.add(w);
 }
 
 void attachment::reject_oversized(wake_list& wakes) {
@@ -865,9 +865,7 @@ void attachment::reject_oversized(wake_list& wakes) {
     if (s.weight > cap) {
       dequeue(w - 1);
       SHMSEM_HOOK(mid_handoff);
-      s.state.store(kRejected, std::memory_order_release);
-      s.seq.fetch_add(1, std::memory_order_release);
-      wakes.add(w - 1);
+      tell(w - 1, kRejected, wakes);
     }
     w = next;
   }

@@ -125,6 +125,9 @@ struct attachment {
   void dequeue(std::uint32_t waiter);
   void free_waiter(std::uint32_t waiter);
   void reject_oversized(wake_list& wakes);
+  /// [locked] Gives queued waiter `w` its fate (kGranted, kRejected) and
+  /// adds it to `wakes`; the caller has taken it out of the queue.
+  void tell(std::uint32_t w, layout::waiter_state state, wake_list& wakes);
   /// Grows the lease table to hold `slots` (fallocate); throws SegmentError.
   void grow_leases(std::uint32_t slots);
   void ewma_advance(std::int64_t now_ns);
