@@ -111,7 +111,7 @@ void Permit::extend(std::chrono::milliseconds ttl) {
                          att_->key + "': " + why);
   ttl_ms_ = ttl.count();
   expires_ns_ = exp;
-  if (renewal_) detail::reschedule_renewal(renewal_);
+  if (renewal_) detail::reschedule_renewal(*renewal_, ttl.count());
 }
 
 namespace {

@@ -152,13 +152,8 @@ void renew_in_background(const std::shared_ptr<renewal>& r) {
   get().add(r);
 }
 
-void reschedule_renewal(const std::shared_ptr<renewal>& r) {
-  std::int64_t ttl_ms;
-  {
-    std::lock_guard g(r->mu);
-    ttl_ms = r->ttl_ms;
-  }
-  get().reschedule(*r, ttl_ms);
+void reschedule_renewal(renewal& r, std::int64_t ttl_ms) {
+  get().reschedule(r, ttl_ms);
 }
 
 void stop_renewals_of(std::uint64_t handle_id) {

@@ -31,9 +31,9 @@ struct renewal {
 
 /// Hands a renewal to the thread (started on first use).
 void renew_in_background(const std::shared_ptr<renewal>& r);
-/// The permit's TTL changed (extend()): renew at a third of the new TTL
+/// The permit's TTL changed to `ttl_ms` (extend()): renew at a third of it
 /// from now, not at the old cadence, which may be later than the new expiry.
-void reschedule_renewal(const std::shared_ptr<renewal>& r);
+void reschedule_renewal(renewal& r, std::int64_t ttl_ms);
 /// Stops the renewals of one handle's permits (shutdown()).
 void stop_renewals_of(std::uint64_t handle_id);
 /// Stops every renewal of this process (shutdown_all()).
