@@ -189,9 +189,7 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   std::memset(static_cast<void*>(leases(base)), 0, sizeof(lease_slot) * cap);
   h->key_size = static_cast<std::uint32_t>(key.size());
   std::memcpy(h->key, key.data(), key.size());
-  timespec rt;
-  ::clock_gettime(CLOCK_REALTIME, &rt);
-  h->created_realtime_ns = sys::to_ns(rt);
+  h->created_realtime_ns = sys::realtime_now_ns();
   if (int e = sys::robust_mutex_init(&h->mutex))
     throw_segment_errno(path, "cannot initialize the lock of", e);
   h->capacity.store(permits);
