@@ -44,15 +44,20 @@ problem validate(const void* base, std::uint64_t file_size, bool* key_mismatch, 
   if (h->init_state.load(std::memory_order_acquire) != kReady) return problem::initializing;
   if (h->key_size < 1 || h->key_size > kMaxKeySize) return problem::bad_header;
   if (std::memchr(h->key, 0, h->key_size) != nullptr) return problem::bad_header;
-  const std::int32_t cap = h->capacity.load(std::memory_order_relaxed);
+  const std::uint64_t gate = h->gate.load(std::memory_order_relaxed);
+  const std::int32_t cap = gate_capacity(gate);
   const std::uint32_t leases = h->lease_slots.load(std::memory_order_relaxed);
   const std::uint32_t holders = h->holder_slots.load(std::memory_order_relaxed);
   const std::uint32_t waiters = h->waiter_slots.load(std::memory_order_relaxed);
+  const std::uint32_t threads = h->thread_slots.load(std::memory_order_relaxed);
   const std::uint32_t hwm = h->lease_hwm.load(std::memory_order_relaxed);
   if (cap < 1 || cap > kMaxCapacity) return problem::bad_header;
+  if ((gate & ~(kSeatMask | (kSeatMask << kSeatBits) | kGateFlags)) != 0)
+    return problem::bad_header;
   if (leases < static_cast<std::uint32_t>(cap) || leases > kMaxLeases) return problem::bad_header;
   if (holders < 1 || holders > kMaxHolders) return problem::bad_header;
   if (waiters < 1 || waiters > kMaxWaiters) return problem::bad_header;
+  if (threads < 1 || threads > kMaxThreads) return problem::bad_header;
   if (hwm > leases) return problem::bad_header;
   if (h->free_lease > hwm || h->queue_head.load(std::memory_order_relaxed) > waiters ||
       h->queue_tail.load(std::memory_order_relaxed) > waiters)

@@ -8,33 +8,60 @@
 //   0                 segment_header (one page)
 //   kHoldersOffset    holder_record[kMaxHolders]   one per attached process
 //   kWaitersOffset    waiter_slot[kMaxWaiters]     one per blocked acquire
-//   kLeasesOffset     lease_slot[kMaxLeases]       one per granted permit
+//   kThreadsOffset    thread_record[kMaxThreads]   one per thread using the fast path
+//   kLeasesOffset     lease_slot[kMaxLeases]       one per granted or reserved permit
 //
-// Only the first holder_slots / waiter_slots / lease_slots entries of each
-// table are allocated (fallocate); the file is sparse past them, and nothing
-// past them is ever touched. Each table grows under the lock.
+// Only the first holder_slots / waiter_slots / thread_slots / lease_slots
+// entries of each table are allocated (fallocate); the file is sparse past
+// them, and nothing past them is ever touched. Each table grows under the
+// lock.
+//
+// Admission is one word, `gate`: the seats in use, the capacity, and two
+// flags (queued, frozen), so that "is there room" and "take it" are one
+// compare-and-swap. Every change of the seats in use, locked or not, is a
+// CAS on it.
 //
 // Who writes what:
-// - identity fields (magic .. key): written once by the initializer while it
-//   alone holds the init lock and nobody is attached; read-only afterwards.
+// - identity fields (magic .. ewma_base_ns): written once by the initializer
+//   while it alone holds the init lock and nobody is attached; read-only
+//   afterwards.
+// - `gate`: by CAS only, from anywhere. The fast path (no lock) adds or
+//   removes seats while neither flag is set; the locked path sets and clears
+//   `queued` (a waiter is queued: the fast path must not pass it) and only a
+//   repairer sets `frozen` (every fast CAS fails until it is cleared).
+// - a lease slot's `state` word says who may write the rest of the slot:
+//     free      in the free list; only a lock holder takes it out
+//     reserved  in the slot cache of process `holder`; only a thread of that
+//               process writes it (plain stores), then moves it to acquiring
+//     acquiring that thread is about to CAS the gate for `weight` seats
+//     held      a lease, identified by (slot, gen); ended by one CAS on this
+//               word, by its holder (-> releasing) or a lock holder (-> ending)
+//     releasing its holder is about to CAS the gate to give the seats back
+//     released  the gate CAS is done; the releaser finishes outside the slot
+//     ending    a lock holder is ending the lease for `reason`
+//   The generation in the word changes with every lease, so a CAS from
+//   "held, gen g" cannot succeed on a later lease in the same slot.
+// - thread records: each is written by its one thread only (plain stores to
+//   its counters); readers sum them.
 // - everything else is written only under `mutex`, by whichever process
-//   holds it. Fields that are read WITHOUT the lock (capacity, used, waiters,
-//   stats, EWMA, lease ids and times, waiter state/seq) are std::atomic, so a
+//   holds it. Fields that are read WITHOUT the lock are std::atomic, so a
 //   lock-free reader sees either the old or the new value of each; the
 //   writer, holding the lock, updates them with plain load+store pairs
 //   (no read-modify-write is needed: the lock already orders writers).
-// - lease_slot::id is published last when a lease is granted and cleared
-//   first when it ends, so a reader that sees the same non-zero id before
-//   and after reading the other fields has read one lease.
 // - Liveness is not in the segment at all: each attached process holds an
 //   exclusive OFD lock on byte kTokenBase + its holder index of the segment
 //   file. The kernel drops it at that process's death (SIGKILL, exec, a
 //   zombie not yet waited for: all the same), whatever its PID namespace.
 //
 // If a process dies holding `mutex`, the next locker gets EOWNERDEAD and
-// calls repair(): every derived field (used, free list, queue, per-holder
-// counts, earliest expiry) is rebuilt from the lease and waiter slots, which
-// are written so that a half-finished update is harmless.
+// repairs: every derived field (the seats in use, free list, queue,
+// per-holder counts, earliest expiry) is rebuilt from the lease and waiter
+// slots. If a process dies halfway through a lock-free acquire or release
+// (its slot left in acquiring or releasing), its effect on the gate is
+// unknown; the repairer freezes the gate, waits for the live threads' own
+// operations in flight to finish, and recomputes the seats in use from the
+// held slots. A dead process's ambiguity can only overcount the seats in
+// use, never undercount them, so the bound holds even before the repair.
 //
 // If you change any of this, bump kLayoutVersion. The format word folds in
 // the sizes that fix the layout, so a build with another pthread_mutex_t or
@@ -44,6 +71,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <shmsem/options.hpp>
@@ -53,15 +81,23 @@
 namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kMaxKeySize = 255;
 
 inline constexpr std::uint32_t kMaxHolders = 4096;   // attached processes at once
 inline constexpr std::uint32_t kMaxWaiters = 16384;  // blocked acquires at once
-inline constexpr std::uint32_t kMaxLeases = static_cast<std::uint32_t>(kMaxCapacity);
+inline constexpr std::uint32_t kMaxThreads = 4096;   // threads using the fast path at once
+/// Lease slots a thread keeps reserved for its lock-free acquires, at most.
+inline constexpr std::uint32_t kCachedSlots = 16;
+/// Every seat of the largest capacity can be a lease while every thread
+/// record keeps a full cache and has one acquire in flight, so the locked
+/// path never finds the table full of reservations.
+inline constexpr std::uint32_t kMaxLeases =
+    static_cast<std::uint32_t>(kMaxCapacity) + kMaxThreads * (kCachedSlots + 1);
 inline constexpr std::uint32_t kInitialHolders = 16;
 inline constexpr std::uint32_t kInitialWaiters = 16;
+inline constexpr std::uint32_t kInitialThreads = 16;
 
 /// Index value meaning "none" in the 1-based links below.
 inline constexpr std::uint32_t kNil = 0;
@@ -70,6 +106,8 @@ inline constexpr std::int64_t kNoExpiry = 0;
 enum init_state : std::uint32_t { kUninitialized = 0, kInitializing = 1, kReady = 2 };
 
 enum holder_state : std::uint32_t { kHolderFree = 0, kHolderAttached = 1 };
+
+enum thread_state : std::uint32_t { kThreadFree = 0, kThreadClaimed = 1 };
 
 enum waiter_state : std::uint32_t {
   kWaiterFree = 0,
@@ -87,6 +125,55 @@ enum lost_reason : std::uint32_t {
   kLostReleased = 4,  // the normal end, kept for completeness
 };
 
+// --- the gate word ---------------------------------------------------------
+// bits 0-20 seats in use, 21-41 capacity, 42 queued, 43 frozen, 44-63 zero.
+inline constexpr unsigned kSeatBits = 21;
+inline constexpr std::uint64_t kSeatMask = (std::uint64_t{1} << kSeatBits) - 1;
+inline constexpr std::uint64_t kGateQueued = std::uint64_t{1} << 42;
+inline constexpr std::uint64_t kGateFrozen = std::uint64_t{1} << 43;
+inline constexpr std::uint64_t kGateFlags = kGateQueued | kGateFrozen;
+static_assert(static_cast<std::uint64_t>(kMaxCapacity) <= kSeatMask);
+
+constexpr std::int32_t gate_used(std::uint64_t g) {
+  return static_cast<std::int32_t>(g & kSeatMask);
+}
+constexpr std::int32_t gate_capacity(std::uint64_t g) {
+  return static_cast<std::int32_t>((g >> kSeatBits) & kSeatMask);
+}
+constexpr std::uint64_t make_gate(std::int32_t used, std::int32_t capacity, std::uint64_t flags) {
+  return (static_cast<std::uint64_t>(used) & kSeatMask) |
+         ((static_cast<std::uint64_t>(capacity) & kSeatMask) << kSeatBits) | (flags & kGateFlags);
+}
+/// True if `n` more seats fit under the capacity of gate value `g`.
+constexpr bool gate_fits(std::uint64_t g, std::int32_t n) {
+  return gate_used(g) + n <= gate_capacity(g);
+}
+
+// --- the lease slot state word ----------------------------------------------
+// bits 0-3 slot_kind, 4-7 lost_reason (with kSlotEnding), 8-63 generation.
+enum slot_kind : std::uint32_t {
+  kSlotFree = 0,
+  kSlotReserved = 1,
+  kSlotAcquiring = 2,
+  kSlotHeld = 3,
+  kSlotReleasing = 4,
+  kSlotReleased = 5,
+  kSlotEnding = 6,
+};
+constexpr std::uint64_t slot_state(std::uint64_t gen, slot_kind kind,
+                                   lost_reason reason = kLostNone) {
+  return (gen << 8) | (static_cast<std::uint64_t>(reason) << 4) | kind;
+}
+constexpr slot_kind state_kind(std::uint64_t s) {
+  return static_cast<slot_kind>(s & 0xf);
+}
+constexpr lost_reason state_reason(std::uint64_t s) {
+  return static_cast<lost_reason>((s >> 4) & 0xf);
+}
+constexpr std::uint64_t state_gen(std::uint64_t s) {
+  return s >> 8;
+}
+
 /// Byte offsets of the OFD locks (advisory: they touch no data).
 inline constexpr std::uint64_t kLockBase = 1ULL << 40;
 inline constexpr std::uint64_t kInitLockByte = kLockBase;        // serializes attach/init
@@ -99,6 +186,8 @@ struct shared_histogram {
   std::atomic<std::uint64_t> sum_ns;
 };
 
+/// Counters of the locked path. stats() adds the thread records' counters
+/// of the fast path to these.
 struct shared_stats {
   std::atomic<std::uint64_t> acquired;
   std::atomic<std::uint64_t> released;
@@ -116,6 +205,19 @@ struct shared_stats {
   shared_histogram hold;
 };
 
+/// The smoothed utilization as one word, so that any process (readers
+/// included) can advance it with one CAS: the value as a float in the high
+/// half, and when it was taken, in ms since ewma_base_ns, in the low half.
+constexpr std::uint64_t ewma_word(float value, std::uint32_t at_ms) {
+  return (static_cast<std::uint64_t>(std::bit_cast<std::uint32_t>(value)) << 32) | at_ms;
+}
+constexpr float ewma_value(std::uint64_t w) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(w >> 32));
+}
+constexpr std::uint32_t ewma_ms(std::uint64_t w) {
+  return static_cast<std::uint32_t>(w);
+}
+
 struct alignas(kCacheLine) segment_header {
   // --- identity: written once at initialization -------------------------
   std::uint64_t magic;
@@ -124,37 +226,39 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::uint32_t> init_state;  // init_state
   std::uint32_t key_size;
   std::int64_t created_realtime_ns;
+  std::int64_t ewma_base_ns;  // CLOCK_MONOTONIC at creation: the origin of ewma_ms()
   char key[kMaxKeySize + 1];  // NUL-terminated copy of the key
 
   // --- the lock ----------------------------------------------------------
   alignas(kCacheLine) pthread_mutex_t mutex;
 
-  // --- counters read without the lock ---------------------------------------
-  alignas(kCacheLine) std::atomic<std::int32_t> capacity;
-  std::atomic<std::int32_t> used;           // seats held, sum of live lease weights
-  std::atomic<std::int32_t> waiters;        // waiter slots in the queue
-  std::atomic<std::uint32_t> holder_slots;  // allocated holder records
-  std::atomic<std::uint32_t> waiter_slots;  // allocated waiter slots
-  std::atomic<std::uint32_t> lease_slots;   // allocated lease slots (>= every capacity ever set)
-  std::atomic<std::uint32_t> lease_hwm;     // slots [0, hwm) have been handed out at least once
+  // --- what the fast path touches, on a line of its own ------------------
+  alignas(kCacheLine) std::atomic<std::uint64_t> gate;  // make_gate()
   std::atomic<std::int64_t>
-      earliest_expiry_ns;  // lower bound of every lease expiry; INT64_MAX: none
-  // Time-based EWMA of used/capacity: value `ewma` at time `ewma_ns`; the
-  // level since then is the current used/capacity, because every change of
-  // either first advances the average to its own time.
-  std::atomic<double> ewma;
-  std::uint64_t reserved1;
-  std::atomic<std::int64_t> ewma_ns;
-  std::atomic<std::uint32_t> idle_seq;      // futex word bumped when used drops to 0
+      earliest_expiry_ns;                   // lower bound of every lease expiry; INT64_MAX: none
   std::atomic<std::uint32_t> idle_waiters;  // wait_idle() callers (hint for waking)
+
+  // --- counters read without the lock ---------------------------------------
+  alignas(kCacheLine) std::atomic<std::int32_t> waiters;  // waiter slots in the queue
+  std::atomic<std::uint32_t> holder_slots;                // allocated holder records
+  std::atomic<std::uint32_t> waiter_slots;                // allocated waiter slots
+  std::atomic<std::uint32_t> thread_slots;                // allocated thread records
+  std::atomic<std::uint32_t> lease_slots;  // allocated lease slots (>= every capacity ever set)
+  std::atomic<std::uint32_t> lease_hwm;    // slots [0, hwm) have been handed out at least once
+  std::atomic<std::uint64_t> ewma;         // ewma_word(): time-based EWMA of used/capacity
+  std::atomic<std::uint32_t> idle_seq;     // futex word bumped when used drops to 0
 
   // --- written and read only under the lock ------------------------------
   std::uint32_t free_lease;  // head of the free lease list (1-based), kNil: take from hwm
   std::atomic<std::uint32_t> queue_head;  // FIFO of waiter slots (1-based); read unlocked as a hint
   std::atomic<std::uint32_t> queue_tail;
-  std::uint32_t ending;  // the lease end in progress: ending_word(); 0: none
+  std::uint32_t reserved0;
   std::uint64_t next_permit_id;
   std::uint64_t next_ticket;
+  // A resettle that could not finish (a live thread stopped inside a
+  // lock-free operation): retry no earlier than this, then back off.
+  std::atomic<std::int64_t> resettle_due_ns;  // 0: none pending
+  std::int64_t resettle_backoff_ns;
 
   alignas(kCacheLine) shared_stats stats;
 };
@@ -169,9 +273,22 @@ struct alignas(kCacheLine) holder_record {
   std::uint32_t uid;
   std::atomic<std::uint64_t> pid_ns;
   std::uint64_t start_time;            // clock ticks since boot (informational)
-  std::atomic<std::uint32_t> leases;   // leases held
   std::atomic<std::uint32_t> waiting;  // waiter slots in use
+  std::atomic<std::uint32_t> threads;  // thread records claimed
   char comm[16];
+};
+
+/// One thread of an attached process that acquires without the lock. Its
+/// counters are written by that thread alone, with plain stores; stats()
+/// adds them up. A record outlives its thread: the next thread to claim it
+/// goes on counting from where it stood.
+struct alignas(kCacheLine) thread_record {
+  std::atomic<std::uint32_t> state;     // thread_state
+  std::atomic<std::uint32_t> holder;    // the process it belongs to, while claimed
+  std::atomic<std::uint64_t> acquired;  // leases granted on the fast path (none waited)
+  std::atomic<std::uint64_t> hold_sum_ns;
+  // Releases on the fast path by hold time (their sum is the release count).
+  std::atomic<std::uint64_t> hold_counts[Histogram::kBounds.size() + 1];
 };
 
 /// One blocked acquire. Its owner sleeps on `seq`; whoever changes `state`
@@ -192,39 +309,25 @@ struct alignas(kCacheLine) waiter_slot {
   std::uint64_t ticket;  // FIFO order, rebuilt from this after a crash
 };
 
-/// One granted permit.
+/// One permit, granted or reserved for one.
 struct alignas(kCacheLine) lease_slot {
-  std::atomic<std::uint64_t> id;         // permit id; 0: free
+  std::atomic<std::uint64_t> state;      // slot_state()
+  std::atomic<std::uint64_t> id;         // permit id of the lease
   std::atomic<std::int64_t> expires_ns;  // kNoExpiry or CLOCK_MONOTONIC ns
   std::atomic<std::int64_t> acquired_ns;
   std::atomic<std::int32_t> weight;
-  std::atomic<std::uint32_t> holder;       // holder record index
-  std::uint32_t next_free;                 // free list link (1-based), valid while id == 0
+  std::atomic<std::uint32_t> holder;       // holder record index (of the lease, or the reserver)
+  std::uint32_t next_free;                 // free list link (1-based), valid while free
   std::atomic<std::uint32_t> lost_reason;  // why the lease with lost_id ended
   std::atomic<std::uint64_t> lost_id;      // the last lease of this slot that was taken away
   std::atomic<std::int64_t> lost_ns;       // when
-  std::uint64_t reserved0;
 };
-
-/// A process can die between clearing a lease and counting how it ended.
-/// end_lease() names the lease and the reason here first, so that repair()
-/// can count such a lease under its true reason instead of guessing.
-inline constexpr std::uint32_t kEndingSlotMask = (1u << 28) - 1;
-static_assert(kMaxLeases < kEndingSlotMask);
-constexpr std::uint32_t ending_word(std::uint32_t slot, lost_reason reason) {
-  return (static_cast<std::uint32_t>(reason) << 28) | (slot + 1);
-}
-constexpr std::uint32_t ending_slot(std::uint32_t word) {
-  return (word & kEndingSlotMask) - 1;
-}
-constexpr lost_reason ending_reason(std::uint32_t word) {
-  return static_cast<lost_reason>(word >> 28);
-}
 
 inline constexpr std::size_t kHeaderRegion = 4096;
 inline constexpr std::size_t kHoldersOffset = kHeaderRegion;
 inline constexpr std::size_t kWaitersOffset = kHoldersOffset + sizeof(holder_record) * kMaxHolders;
-inline constexpr std::size_t kLeasesOffset = kWaitersOffset + sizeof(waiter_slot) * kMaxWaiters;
+inline constexpr std::size_t kThreadsOffset = kWaitersOffset + sizeof(waiter_slot) * kMaxWaiters;
+inline constexpr std::size_t kLeasesOffset = kThreadsOffset + sizeof(thread_record) * kMaxThreads;
 inline constexpr std::size_t kMappingSize = kLeasesOffset + sizeof(lease_slot) * kMaxLeases;
 
 /// Bytes the file must have to hold `lease_slots` lease slots.
@@ -243,31 +346,36 @@ constexpr std::uint32_t format_word() {
   mix(sizeof(segment_header));
   mix(sizeof(pthread_mutex_t));
   mix(offsetof(segment_header, mutex));
+  mix(offsetof(segment_header, gate));
   mix(offsetof(segment_header, stats));
   mix(sizeof(shared_stats));
   mix(sizeof(holder_record));
   mix(sizeof(waiter_slot));
+  mix(sizeof(thread_record));
   mix(sizeof(lease_slot));
   mix(kMaxHolders);
   mix(kMaxWaiters);
+  mix(kMaxThreads);
   mix(kMaxLeases);
+  mix(kSeatBits);
   mix(Histogram::kBounds.size());
   return static_cast<std::uint32_t>(h ^ (h >> 32));
 }
 
 static_assert(std::is_standard_layout_v<segment_header>);
 static_assert(std::is_standard_layout_v<holder_record>);
+static_assert(std::is_standard_layout_v<thread_record>);
 static_assert(std::is_standard_layout_v<waiter_slot>);
 static_assert(std::is_standard_layout_v<lease_slot>);
 static_assert(sizeof(segment_header) <= kHeaderRegion);
 static_assert(sizeof(holder_record) == kCacheLine);
+static_assert(sizeof(thread_record) == 2 * kCacheLine);
 static_assert(sizeof(waiter_slot) == kCacheLine);
 static_assert(sizeof(lease_slot) == kCacheLine);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
-static_assert(std::atomic<double>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
-static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && sizeof(std::atomic<double>) == 8);
+static_assert(sizeof(std::atomic<std::uint64_t>) == 8);
 
 /// Typed views of the regions of a mapping.
 inline segment_header* header(void* base) {
@@ -278,6 +386,9 @@ inline holder_record* holders(void* base) {
 }
 inline waiter_slot* waiters(void* base) {
   return reinterpret_cast<waiter_slot*>(static_cast<char*>(base) + kWaitersOffset);
+}
+inline thread_record* threads(void* base) {
+  return reinterpret_cast<thread_record*>(static_cast<char*>(base) + kThreadsOffset);
 }
 inline lease_slot* leases(void* base) {
   return reinterpret_cast<lease_slot*>(static_cast<char*>(base) + kLeasesOffset);

@@ -19,6 +19,7 @@ Permit::Permit(Permit&& o) noexcept
       slot_(o.slot_),
       weight_(o.weight_),
       id_(o.id_),
+      gen_(o.gen_),
       ttl_ms_(o.ttl_ms_),
       expires_ns_(o.expires_ns_),
       acquired_at_(o.acquired_at_),
@@ -36,6 +37,7 @@ Permit& Permit::operator=(Permit&& o) noexcept {
     slot_ = o.slot_;
     weight_ = o.weight_;
     id_ = o.id_;
+    gen_ = o.gen_;
     ttl_ms_ = o.ttl_ms_;
     expires_ns_ = o.expires_ns_;
     acquired_at_ = o.acquired_at_;
@@ -68,9 +70,10 @@ std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
     // read only if the slot still held this lease afterwards. Once the lease
     // ended, the slot may hold somebody else's.
     const detail::layout::lease_slot& l = att_->leases[slot_];
-    if (l.id.load(std::memory_order_acquire) == id_) {
+    const std::uint64_t held = detail::layout::slot_state(gen_, detail::layout::kSlotHeld);
+    if (l.state.load(std::memory_order_acquire) == held) {
       const std::int64_t live = l.expires_ns.load(std::memory_order_acquire);
-      if (l.id.load(std::memory_order_relaxed) == id_) exp = live;
+      if (l.state.load(std::memory_order_relaxed) == held) exp = live;
     }
   }
   if (exp == 0) return std::nullopt;
@@ -78,7 +81,7 @@ std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
 }
 
 bool Permit::is_held() const noexcept {
-  return att_ && att_->holds(slot_, id_, detail::lease_clock(), nullptr);
+  return att_ && att_->holds(slot_, gen_, id_, detail::lease_clock(), nullptr);
 }
 
 bool Permit::auto_renewing() const noexcept {
@@ -103,7 +106,7 @@ void Permit::extend(std::chrono::milliseconds ttl) {
     // the expiry back to the old TTL after this one.
     std::unique_lock<std::mutex> g;
     if (renewal_) g = std::unique_lock(renewal_->mu);
-    r = detail::extend_lease(*att_, slot_, id_, ttl.count(), INT64_MAX, &exp, &why);
+    r = detail::extend_lease(*att_, slot_, gen_, id_, ttl.count(), INT64_MAX, &exp, &why);
     if (r == detail::extend_result::extended && renewal_) renewal_->ttl_ms = ttl.count();
   }
   if (r != detail::extend_result::extended)
@@ -117,24 +120,24 @@ void Permit::extend(std::chrono::milliseconds ttl) {
 namespace {
 // Frees the permit's lease if still held. Returns true if it was held;
 // otherwise `why` says what happened to it.
-bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t id, detail::loss& why,
-                int& used_after, bool& detach) {
+bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
+                detail::loss& why, int& used_after, bool& detach) {
   detail::wake_list wakes;
   a.lock(INT64_MAX);
   const std::int64_t now = detail::lease_clock();
-  const bool held = a.holds(slot, id, now, &why);
-  if (held) {
-    a.end_lease(slot, detail::layout::kLostReleased, now, wakes);
-  } else if (why.reason == detail::layout::kLostExpired &&
-             a.leases[slot].id.load(std::memory_order_relaxed) == id) {
+  const std::uint64_t held = detail::layout::slot_state(gen, detail::layout::kSlotHeld);
+  bool ended = false;
+  if (a.holds(slot, gen, id, now, &why)) {
+    ended = a.end_lease(slot, held, detail::layout::kLostReleased, now, wakes);
+  } else if (why.reason == detail::layout::kLostExpired) {
     // Expired but not yet reclaimed: reclaim it now, as expired.
-    a.end_lease(slot, detail::layout::kLostExpired, now, wakes);
+    a.end_lease(slot, held, detail::layout::kLostExpired, now, wakes);
   }
-  used_after = a.hdr->used.load(std::memory_order_relaxed);
+  used_after = a.used();
   detach = a.drop_permit_locked();
   a.unlock();
   a.wake(wakes);
-  return held;
+  return ended;
 }
 }  // namespace
 
@@ -146,7 +149,7 @@ void Permit::release() {
   detail::loss why;
   int used_after = 0;
   bool detach = false;
-  const bool held = end_permit(*a, slot_, id_, why, used_after, detach);
+  const bool held = end_permit(*a, slot_, gen_, id_, why, used_after, detach);
   std::string message;
   if (!held)
     message = "shmsem: permit " + std::to_string(id_) + " of '" + a->key +
@@ -155,8 +158,8 @@ void Permit::release() {
   if (observer_) {
     try {
       if (held)
-        observer_->on_release(ReleaseEvent{a->key, a->hdr->capacity.load(), weight_, used_after,
-                                           id_, clock::now() - acquired_at_});
+        observer_->on_release(ReleaseEvent{a->key, a->capacity(), weight_, used_after, id_,
+                                           clock::now() - acquired_at_});
       else if (!why.other_process)
         observer_->on_lost(a->key, id_, why.describe());
     } catch (const std::exception& e) {

@@ -14,20 +14,20 @@
 
 namespace shmsem::detail {
 
-extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t id, std::int64_t ttl_ms,
-                           std::int64_t deadline_ns, std::int64_t* expires, std::string* why) {
+extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
+                           std::int64_t ttl_ms, std::int64_t deadline_ns, std::int64_t* expires,
+                           std::string* why) {
   if (!a.lock(deadline_ns)) return extend_result::busy;
   const std::int64_t now = lease_clock();
   loss l;
-  if (!a.holds(slot, id, now, &l)) {
+  if (!a.holds(slot, gen, id, now, &l)) {
     a.unlock();
     if (why) *why = l.describe();
     return extend_result::lost;
   }
   const std::int64_t exp = now + ttl_ms * 1'000'000;
   a.leases[slot].expires_ns.store(exp, std::memory_order_relaxed);
-  if (exp < a.hdr->earliest_expiry_ns.load(std::memory_order_relaxed))
-    a.hdr->earliest_expiry_ns.store(exp, std::memory_order_relaxed);
+  a.lower_earliest_expiry(exp);
   a.unlock();
   if (expires) *expires = exp;
   return extend_result::extended;
@@ -108,7 +108,7 @@ class renewer {
     if (e.stopped) return;
     std::string why;
     const std::int64_t now = sys::precise_now_ns();
-    switch (extend_lease(*e.att, e.slot, e.id, e.ttl_ms, now + third, nullptr, &why)) {
+    switch (extend_lease(*e.att, e.slot, e.gen, e.id, e.ttl_ms, now + third, nullptr, &why)) {
       case extend_result::extended:
         e.due_ns = now + third;
         break;

@@ -16,6 +16,7 @@ struct renewal {
   std::mutex mu;              // held while the thread extends; release() takes it to stop
   attachment* att = nullptr;  // valid while !stopped (the Permit keeps it mapped)
   std::uint32_t slot = 0;
+  std::uint64_t gen = 0;
   std::uint64_t id = 0;
   std::int64_t ttl_ms = 0;
   std::uint64_t handle_id = 0;
@@ -41,9 +42,11 @@ void stop_all_renewals();
 
 enum class extend_result { extended, lost, busy };
 
-/// Sets lease `slot`/`id` to expire at now + ttl_ms, if this process still
-/// holds it. `deadline_ns` bounds the wait for the segment lock (busy).
-extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t id, std::int64_t ttl_ms,
-                           std::int64_t deadline_ns, std::int64_t* expires, std::string* why);
+/// Sets lease (`slot`, `gen`, `id`) to expire at now + ttl_ms, if this
+/// process still holds it. `deadline_ns` bounds the wait for the segment
+/// lock (busy).
+extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
+                           std::int64_t ttl_ms, std::int64_t deadline_ns, std::int64_t* expires,
+                           std::string* why);
 
 }  // namespace shmsem::detail

@@ -172,6 +172,7 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   const auto cap = static_cast<std::uint32_t>(permits);
   int err = f.allocate(0, kHoldersOffset + sizeof(holder_record) * kInitialHolders);
   if (!err) err = f.allocate(kWaitersOffset, sizeof(waiter_slot) * kInitialWaiters);
+  if (!err) err = f.allocate(kThreadsOffset, sizeof(thread_record) * kInitialThreads);
   if (!err) err = f.allocate(kLeasesOffset, sizeof(lease_slot) * cap);
   if (err) throw_segment_errno(path, "cannot allocate the segment", err);
   // Then mark the file as ours but unfinished, so a crash from here on is
@@ -186,18 +187,21 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
 #endif
   std::memset(static_cast<void*>(holders(base)), 0, sizeof(holder_record) * kInitialHolders);
   std::memset(static_cast<void*>(waiters(base)), 0, sizeof(waiter_slot) * kInitialWaiters);
+  std::memset(static_cast<void*>(threads(base)), 0, sizeof(thread_record) * kInitialThreads);
   std::memset(static_cast<void*>(leases(base)), 0, sizeof(lease_slot) * cap);
   h->key_size = static_cast<std::uint32_t>(key.size());
   std::memcpy(h->key, key.data(), key.size());
   h->created_realtime_ns = sys::realtime_now_ns();
+  h->ewma_base_ns = sys::coarse_now_ns();
   if (int e = sys::robust_mutex_init(&h->mutex))
     throw_segment_errno(path, "cannot initialize the lock of", e);
-  h->capacity.store(permits);
+  h->gate.store(make_gate(0, permits, 0));
   h->holder_slots.store(kInitialHolders);
   h->waiter_slots.store(kInitialWaiters);
+  h->thread_slots.store(kInitialThreads);
   h->lease_slots.store(cap);
   h->earliest_expiry_ns.store(INT64_MAX);
-  h->ewma_ns.store(sys::coarse_now_ns());
+  h->ewma.store(ewma_word(0.0f, 0));
   h->next_permit_id = 1;
   h->next_ticket = 1;
   h->init_state.store(kReady, std::memory_order_release);
@@ -222,54 +226,72 @@ void count_end(shared_stats& s, lost_reason reason, std::int32_t weight) {
   if (reason != kLostReleased) add(s.reclaimed_seats, std::max(0, weight));
 }
 
-// A process that died inside the critical section may have counted a lease
-// as acquired without publishing it (grant), or cleared a lease without
-// counting how it ended (end_lease). Either way one granted lease is neither
-// live nor ended in the stats. The lease end_lease() announced in `ending`
-// is counted under its own reason; any other as reaped. Then acquired ==
-// released + reaped + expired + force_released + live leases holds again.
-void settle_stats(segment_header* h, const lease_slot* ls, std::uint64_t live) {
-  const std::uint32_t ending = std::exchange(h->ending, 0);
+// A process that died in the middle of an operation may have counted a
+// lease as acquired without publishing it (a grant, or a lock-free acquire),
+// or ended a lease without counting how (a lock holder's end_lease, or a
+// lock-free release). Either way one granted lease is neither live nor
+// ended in the stats. A lease a dead lock holder was ending (left in
+// kSlotEnding; `ending` lists them) is counted under its own reason; any
+// other as reaped. Then acquired == released + reaped + expired +
+// force_released + live leases holds again.
+void settle_stats(segment_header* h, const lease_stats& sums, std::uint64_t live,
+                  const std::vector<std::pair<lost_reason, std::int32_t>>& ending) {
   auto& s = h->stats;
   const std::uint64_t ended =
-      s.released.load() + s.reaped.load() + s.expired.load() + s.force_released.load();
-  const std::uint64_t acquired = s.acquired.load();
-  if (acquired <= ended + live) return;
-  std::uint64_t missing = acquired - ended - live;
-  const std::uint32_t slot = ending_slot(ending);
-  if (ending != 0 && slot < h->lease_slots.load() && ls[slot].id.load() == 0) {
-    count_end(s, ending_reason(ending), ls[slot].weight.load());
+      sums.released + s.reaped.load() + s.expired.load() + s.force_released.load();
+  if (sums.acquired <= ended + live) return;
+  std::uint64_t missing = sums.acquired - ended - live;
+  for (const auto& [reason, weight] : ending) {
+    if (missing == 0) break;
+    count_end(s, reason, weight);
     --missing;
   }
   if (missing) add(s.reaped, missing);
 }
 
 // Nobody is attached: every holder is dead and the lock may be garbage.
-// Keep the structure (capacity, tables, stats) and clear the live state.
+// Keep the structure (capacity, tables, stats, thread counters) and clear
+// the live state.
 void reset_live_state(void* base) {
   auto* h = header(base);
   sys::robust_mutex_init(&h->mutex);
   const std::int64_t now = sys::coarse_now_ns();
-  const std::uint32_t hwm = h->lease_hwm.load();
+  const std::uint32_t hwm = std::min(h->lease_hwm.load(), h->lease_slots.load());
   auto* ls = leases(base);
+  std::vector<std::pair<lost_reason, std::int32_t>> ending;
   for (std::uint32_t i = 0; i < hwm; ++i) {
-    const std::uint64_t id = ls[i].id.load();
-    if (id == 0) continue;
-    ls[i].lost_reason.store(kLostReaped);
-    ls[i].lost_id.store(id);
-    ls[i].lost_ns.store(now);
-    ls[i].id.store(0);
-    count_end(h->stats, kLostReaped, ls[i].weight.load());
+    const std::uint64_t st = ls[i].state.load();
+    const std::uint64_t gen = state_gen(st);
+    switch (state_kind(st)) {
+      case kSlotHeld:
+      case kSlotReleasing:  // its holder died before the release counted
+        ls[i].lost_reason.store(kLostReaped);
+        ls[i].lost_id.store(ls[i].id.load());
+        ls[i].lost_ns.store(now);
+        if (state_kind(st) == kSlotHeld) count_end(h->stats, kLostReaped, ls[i].weight.load());
+        break;
+      case kSlotEnding:
+        ending.emplace_back(state_reason(st), ls[i].weight.load());
+        break;
+      default:
+        break;
+    }
+    ls[i].state.store(slot_state(gen, kSlotFree));
   }
   h->lease_hwm.store(0);
   h->free_lease = kNil;
-  h->used.store(0);
+  h->gate.store(make_gate(0, gate_capacity(h->gate.load()), 0));
   h->waiters.store(0);
   h->queue_head.store(kNil);
   h->queue_tail.store(kNil);
   h->earliest_expiry_ns.store(INT64_MAX);
   h->idle_waiters.store(0);
-  settle_stats(h, ls, 0);
+  h->resettle_due_ns.store(0);
+  h->resettle_backoff_ns = 0;
+  auto* ts = threads(base);
+  const std::uint32_t nt = std::min(h->thread_slots.load(), kMaxThreads);
+  for (std::uint32_t i = 0; i < nt; ++i) ts[i].state.store(kThreadFree);
+  settle_stats(h, sum_lease_stats(h, ts, nt), 0, ending);
   std::memset(static_cast<void*>(holders(base)), 0, sizeof(holder_record) * h->holder_slots.load());
   std::memset(static_cast<void*>(waiters(base)), 0, sizeof(waiter_slot) * h->waiter_slots.load());
 }
@@ -312,11 +334,11 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     if (usable) ++a->handles;
     a->unlock();
     if (usable) {
-      if (permits > 0 && permits != a->hdr->capacity.load())
+      if (permits > 0 && permits != a->capacity())
         log().warn(
             "semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
             "capacity stands (use set_capacity to change it)",
-            a->key, a->hdr->capacity.load(), permits);
+            a->key, a->capacity(), permits);
       return a;
     }
   }
@@ -391,15 +413,16 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     a->hdr = header(base);
     a->holders = layout::holders(base);
     a->waiters = layout::waiters(base);
+    a->threads = layout::threads(base);
     a->leases = layout::leases(base);
     a->pid_ns = sys::self_pid_ns();
     a->handles = 1;
     registry.push_back(a);
-    if (permits > 0 && permits != a->hdr->capacity.load())
+    if (permits > 0 && permits != a->capacity())
       log().warn(
           "semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
           "capacity stands (use set_capacity to change it)",
-          a->key, a->hdr->capacity.load(), permits);
+          a->key, a->capacity(), permits);
     return a;
   }
 }
@@ -441,16 +464,37 @@ void attachment::finish_detach(attachment* a) noexcept {
     log().error("{} (detaching without freeing the holder record)", e.what());
   }
   if (locked) {
-    const std::uint32_t self = a->self.load();
-    if (self != kNoSelf) {
-      holder_record& r = a->holders[self];
-      if (r.leases.load() == 0 && r.waiting.load() == 0) r.state.store(kHolderFree);
-    }
+    a->retire_self();
     a->unlock();
   }
   // Never unmap while holding the lock: the kernel could no longer reach
   // the robust mutex to mark it if we died.
   delete a;  // closes the fd: our OFD locks (token, attach) go with it
+}
+
+void attachment::retire_self() {
+  const std::uint32_t me = self.load();
+  if (me == kNoSelf) return;
+  // Nothing of ours is in use: no handle, no permit. Give back the slots
+  // our threads kept in reserve and their records; the holder record goes
+  // too unless a lease of ours is still out (a permit never destroyed).
+  bool holds_any = holders[me].waiting.load() != 0;
+  const std::uint32_t hwm = hdr->lease_hwm.load();
+  for (std::uint32_t i = 0; i < hwm; ++i) {
+    if (leases[i].holder.load() != me) continue;
+    const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+    const slot_kind k = state_kind(st);
+    if (k == kSlotReserved || k == kSlotReleased)
+      free_slot(i, state_gen(st));
+    else if (k != kSlotFree && k != kSlotEnding)
+      holds_any = true;
+  }
+  const std::uint32_t nt = thread_count();
+  for (std::uint32_t t = 0; t < nt; ++t)
+    if (threads[t].state.load() == kThreadClaimed && threads[t].holder.load() == me)
+      threads[t].state.store(kThreadFree, std::memory_order_release);
+  holders[me].threads.store(0);
+  if (!holds_any) holders[me].state.store(kHolderFree, std::memory_order_release);
 }
 
 bool attachment::remove_if_unused(std::string_view key) {
@@ -512,32 +556,19 @@ void attachment::repair() {
   const std::uint32_t nw = std::min(hdr->waiter_slots.load(), kMaxWaiters);
   const std::uint32_t hwm = std::min(hdr->lease_hwm.load(), hdr->lease_slots.load());
   hdr->lease_hwm.store(hwm);
-  for (std::uint32_t i = 0; i < nh; ++i) {
-    holders[i].leases.store(0);
-    holders[i].waiting.store(0);
-  }
-  std::int64_t used_now = 0;
-  std::uint64_t live = 0;
-  std::int64_t earliest = INT64_MAX;
+  for (std::uint32_t i = 0; i < nh; ++i) holders[i].waiting.store(0);
+  // A lease the dead lock holder was ending: finish it (resettle() counts
+  // how it ended). A slot it had taken off the free list without
+  // publishing a lease is still free, and goes back on the list.
   std::uint32_t free_head = kNil;
   for (std::uint32_t i = hwm; i-- > 0;) {
     lease_slot& l = leases[i];
-    if (l.id.load() == 0) {
-      l.next_free = free_head;
-      free_head = i + 1;
-      continue;
-    }
-    used_now += l.weight.load();
-    ++live;
-    const std::uint32_t h = l.holder.load();
-    if (h < nh) add(holders[h].leases, 1);
-    const std::int64_t exp = l.expires_ns.load();
-    if (exp != kNoExpiry) earliest = std::min(earliest, exp);
+    const std::uint64_t st = l.state.load();
+    if (state_kind(st) != kSlotFree && state_kind(st) != kSlotEnding) continue;
+    l.next_free = free_head;
+    free_head = i + 1;
   }
   hdr->free_lease = free_head;
-  hdr->used.store(static_cast<std::int32_t>(used_now));
-  hdr->earliest_expiry_ns.store(earliest);
-  settle_stats(hdr, leases, live);
 
   std::vector<std::uint32_t> queued;
   wake_list told;
@@ -553,9 +584,10 @@ void attachment::repair() {
     // again, where it would hold back everyone behind it.
     const std::uint64_t granted = w.permit_id.load();
     const std::uint32_t lease = w.lease.load();
-    if (granted != 0 && lease < hwm && leases[lease].id.load() == granted)
+    if (granted != 0 && lease < hwm && state_kind(leases[lease].state.load()) == kSlotHeld &&
+        leases[lease].id.load() == granted)
       tell(i, kGranted, told);
-    else if (w.weight > hdr->capacity.load())
+    else if (w.weight > capacity())
       tell(i, kRejected, told);
     else
       queued.push_back(i);
@@ -573,7 +605,130 @@ void attachment::repair() {
   hdr->queue_head.store(queued.empty() ? kNil : queued.front() + 1);
   hdr->queue_tail.store(prev);
   hdr->waiters.store(static_cast<std::int32_t>(queued.size()));
+  set_gate_flags(queued.empty() ? 0 : kGateQueued, queued.empty() ? kGateQueued : 0);
+  // The dead holder may have been halfway through a change of the gate.
+  if (!resettle(sys::coarse_now_ns()))
+    log().warn(
+        "semaphore '{}': the seats in use could not be recounted yet (a live thread is stopped "
+        "inside an acquire or release); seats may stay taken until it continues",
+        key);
   wake(told);  // under the lock: the repairing caller has no place to defer it to
+}
+
+bool attachment::resettle(std::int64_t now) {
+  const std::uint32_t hwm = std::min(hdr->lease_hwm.load(), hdr->lease_slots.load());
+  set_gate_flags(kGateFrozen, 0);
+  // From here no lock-free CAS of the gate succeeds. A live thread caught
+  // between its slot's intent (acquiring, releasing) and its gate CAS will
+  // see its CAS fail and undo the intent; one past its CAS finishes within
+  // a few instructions. Wait for both, but not for a stopped thread.
+  std::vector<std::uint32_t> in_flight;
+  std::vector<std::int8_t> alive(std::min(hdr->holder_slots.load(), kMaxHolders), -1);
+  auto is_alive = [&](std::uint32_t h) {
+    if (h >= alive.size()) return false;
+    if (alive[h] < 0) alive[h] = holder_alive(h) ? 1 : 0;
+    return alive[h] == 1;
+  };
+  for (std::uint32_t i = 0; i < hwm; ++i) {
+    const slot_kind k = state_kind(leases[i].state.load(std::memory_order_acquire));
+    if ((k == kSlotAcquiring || k == kSlotReleasing) && is_alive(leases[i].holder.load()))
+      in_flight.push_back(i);
+  }
+  const std::int64_t give_up = sys::precise_now_ns() + kQuiesceNs;
+  for (std::uint32_t i : in_flight) {
+    for (;;) {
+      const slot_kind k = state_kind(leases[i].state.load(std::memory_order_acquire));
+      if (k != kSlotAcquiring && k != kSlotReleasing) break;
+      if (sys::precise_now_ns() > give_up) {
+        set_gate_flags(0, kGateFrozen);
+        const std::int64_t backoff = std::clamp<std::int64_t>(
+            hdr->resettle_backoff_ns * 2, kResettleRetryMinNs, kResettleRetryMaxNs);
+        hdr->resettle_backoff_ns = backoff;
+        hdr->resettle_due_ns.store(std::max<std::int64_t>(now + backoff, 1));
+        return false;
+      }
+      sys::yield();
+    }
+  }
+  // Quiet: every slot says what the gate holds for it. Held slots count.
+  // A live thread's acquire or release that began after the freeze will see
+  // its CAS fail and step back: a release to held (so it counts), an
+  // acquire to reserved (so it does not); its slot is left to it. A dead
+  // process's acquire in flight never took effect and its release in
+  // flight did (whether or not the gate heard of it); a dead lock holder's
+  // ending lease is over.
+  std::int64_t used_now = 0;
+  std::uint64_t live = 0;
+  std::int64_t earliest = INT64_MAX;
+  std::vector<std::pair<lost_reason, std::int32_t>> ending;
+  for (std::uint32_t i = 0; i < hwm; ++i) {
+    lease_slot& l = leases[i];
+    const std::uint64_t st = l.state.load(std::memory_order_acquire);
+    const std::uint64_t gen = state_gen(st);
+    const slot_kind k = state_kind(st);
+    if (k == kSlotHeld || (k == kSlotReleasing && is_alive(l.holder.load()))) {
+      used_now += l.weight.load();
+      ++live;
+      const std::int64_t exp = l.expires_ns.load();
+      if (exp != kNoExpiry) earliest = std::min(earliest, exp);
+    } else if ((k == kSlotAcquiring || k == kSlotReleasing) && !is_alive(l.holder.load())) {
+      free_slot(i, gen);
+    } else if (k == kSlotEnding) {
+      ending.emplace_back(state_reason(st), l.weight.load());
+      l.state.store(slot_state(gen, kSlotFree), std::memory_order_release);
+    }
+  }
+  const std::uint64_t flags = hdr->queue_head.load() != kNil ? kGateQueued : 0;
+  const std::uint64_t before = hdr->gate.load();
+  hdr->gate.store(make_gate(static_cast<std::int32_t>(std::min<std::int64_t>(used_now, kSeatMask)),
+                            gate_capacity(before), flags),
+                  std::memory_order_release);
+  hdr->earliest_expiry_ns.store(earliest);
+  settle_stats(hdr, sum_lease_stats(hdr, threads, thread_count()), live, ending);
+  hdr->resettle_due_ns.store(0);
+  hdr->resettle_backoff_ns = 0;
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// The gate
+
+bool attachment::admit(std::int32_t n, bool pass_queue) {
+  // Only a lock holder freezes the gate, and every caller here holds the
+  // lock: the freeze is its own, and does not hold it back.
+  const std::uint64_t blocked = pass_queue ? 0 : kGateQueued;
+  std::uint64_t g = hdr->gate.load(std::memory_order_relaxed);
+  do {
+    if ((g & blocked) || !gate_fits(g, n)) return false;
+  } while (!hdr->gate.compare_exchange_weak(g, g + static_cast<std::uint64_t>(n),
+                                            std::memory_order_acq_rel, std::memory_order_relaxed));
+  return true;
+}
+
+std::uint64_t attachment::give_back(std::int32_t n) {
+  std::uint64_t g = hdr->gate.load(std::memory_order_relaxed);
+  std::uint64_t next;
+  do {
+    // Never below zero: after a corrupt count, the next resettle is the truth.
+    const std::int32_t take = std::min(n, gate_used(g));
+    next = g - static_cast<std::uint64_t>(take);
+  } while (!hdr->gate.compare_exchange_weak(g, next, std::memory_order_acq_rel,
+                                            std::memory_order_relaxed));
+  return g;
+}
+
+void attachment::set_gate_flags(std::uint64_t set, std::uint64_t clear) {
+  std::uint64_t g = hdr->gate.load(std::memory_order_relaxed);
+  while (!hdr->gate.compare_exchange_weak(g, (g | set) & ~clear, std::memory_order_acq_rel,
+                                          std::memory_order_relaxed)) {
+  }
+}
+
+void attachment::set_gate_capacity(std::int32_t cap) {
+  std::uint64_t g = hdr->gate.load(std::memory_order_relaxed);
+  while (!hdr->gate.compare_exchange_weak(g, make_gate(gate_used(g), cap, g & kGateFlags),
+                                          std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -602,7 +757,8 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
     holder_record& r = holders[i];
     if (r.state.load() == kHolderAttached) {
       if (file->locked_by_other(kTokenBase + i)) continue;
-      reap_holder(i, now, wakes);  // its owner is gone
+      reap_holder(i, now, wakes);                       // its owner is gone
+      if (r.state.load() == kHolderAttached) continue;  // not finished: a lease in flight
     }
     if (file->try_lock(kTokenBase + i, true)) chosen = i;
   }
@@ -620,8 +776,8 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   r.pid_ns.store(me.pid_ns);
   r.start_time = me.start_time;
   std::memcpy(r.comm, me.comm, sizeof r.comm);
-  r.leases.store(0);
   r.waiting.store(0);
+  r.threads.store(0);
   r.state.store(kHolderAttached, std::memory_order_release);
   self.store(chosen, std::memory_order_relaxed);
   return chosen;
@@ -638,12 +794,46 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
   const std::uint32_t nw = hdr->waiter_slots.load();
   for (std::uint32_t w = 0; w < nw; ++w)
     if (waiters[w].state.load() != kWaiterFree && waiters[w].holder == h) free_waiter(w);
-  const std::uint32_t hwm = hdr->lease_hwm.load();
-  for (std::uint32_t i = 0; i < hwm; ++i)
-    if (leases[i].id.load() != 0 && leases[i].holder.load() == h)
-      end_lease(i, kLostReaped, now, wakes);
-  holders[h].leases.store(0);
+  for (bool recounted = false;;) {
+    const std::uint32_t hwm = hdr->lease_hwm.load();
+    bool in_flight = false;
+    for (std::uint32_t i = 0; i < hwm; ++i) {
+      if (leases[i].holder.load() != h) continue;
+      const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+      switch (state_kind(st)) {
+        case kSlotHeld:
+          end_lease(i, st, kLostReaped, now, wakes);
+          break;
+        case kSlotReserved:
+        case kSlotReleased:  // the gate has the seats back; only the slot was left
+          free_slot(i, state_gen(st));
+          break;
+        case kSlotAcquiring:
+        case kSlotReleasing:
+          in_flight = true;
+          break;
+        default:
+          break;
+      }
+    }
+    if (!in_flight) break;
+    // Killed halfway through a lock-free acquire or release: only a count
+    // of every held slot can tell the gate's truth. Until one succeeds, keep
+    // the record (and its token byte) so that the next reap tries again.
+    if (recounted || !resettle(now)) return;
+    recounted = true;
+    add(hdr->stats.recoveries, 1);
+    log().warn(
+        "semaphore '{}': a process died halfway through an acquire or release; the seats in use "
+        "were recounted from the lease table",
+        key);
+  }
+  const std::uint32_t nt = thread_count();
+  for (std::uint32_t t = 0; t < nt; ++t)
+    if (threads[t].state.load() == kThreadClaimed && threads[t].holder.load() == h)
+      threads[t].state.store(kThreadFree, std::memory_order_release);
   holders[h].waiting.store(0);
+  holders[h].threads.store(0);
   holders[h].state.store(kHolderFree, std::memory_order_release);
 }
 
@@ -660,26 +850,29 @@ std::int64_t elapsed_ns(std::int64_t now, std::int64_t then) {
 }
 }  // namespace
 
-void attachment::ewma_advance(std::int64_t now) {
-  const std::int64_t t = hdr->ewma_ns.load(std::memory_order_relaxed);
-  if (now <= t) return;  // same clock tick: the level changes, the average waits
-  hdr->ewma.store(ewma_now(now), std::memory_order_relaxed);
-  hdr->ewma_ns.store(now, std::memory_order_relaxed);
-}
-
-double attachment::ewma_now(std::int64_t now) const {
-  const std::int64_t t = hdr->ewma_ns.load(std::memory_order_relaxed);
-  const double v = hdr->ewma.load(std::memory_order_relaxed);
-  const double level = static_cast<double>(hdr->used.load(std::memory_order_relaxed)) /
-                       hdr->capacity.load(std::memory_order_relaxed);
-  if (now <= t) return v;
-  constexpr double kHalfLifeNs = std::chrono::nanoseconds(kEwmaHalfLife).count();
-  const double decay = std::exp2(-static_cast<double>(elapsed_ns(now, t)) / kHalfLifeNs);
-  return level + (v - level) * decay;
+double attachment::ewma_sample(std::int64_t now) const {
+  const std::uint64_t g = hdr->gate.load(std::memory_order_relaxed);
+  const std::int32_t cap = std::max(1, gate_capacity(g));
+  const double level = std::clamp(static_cast<double>(gate_used(g)) / cap, 0.0, 1.0);
+  const std::uint32_t now_ms =
+      static_cast<std::uint32_t>(elapsed_ns(now, hdr->ewma_base_ns) / 1'000'000);
+  std::uint64_t w = hdr->ewma.load(std::memory_order_relaxed);
+  const double before = static_cast<double>(ewma_value(w));
+  const double v = std::isfinite(before) ? std::clamp(before, 0.0, 1.0) : level;
+  // Modular: the difference is right across a wrap of the 32-bit ms count.
+  const std::uint32_t dt_ms = now_ms - ewma_ms(w);
+  if (dt_ms == 0 || dt_ms > (1u << 31)) return v;  // same ms, or a sample from "later"
+  constexpr double kHalfLifeMs = std::chrono::milliseconds(kEwmaHalfLife).count();
+  const double next = level + (v - level) * std::exp2(-static_cast<double>(dt_ms) / kHalfLifeMs);
+  // One attempt: a sample that loses the race is as good as the winner's.
+  hdr->ewma.compare_exchange_strong(w, ewma_word(static_cast<float>(next), now_ms),
+                                    std::memory_order_relaxed);
+  return next;
 }
 
 std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t ttl_ms,
-                                std::int64_t now, std::uint64_t& id, waiter_slot* to) {
+                                std::int64_t now, std::uint64_t& id, std::uint64_t& gen,
+                                waiter_slot* to) {
   std::uint32_t slot;
   if (hdr->free_lease != kNil) {
     slot = hdr->free_lease - 1;
@@ -691,73 +884,82 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
     hdr->lease_hwm.store(slot + 1, std::memory_order_relaxed);
   }
   lease_slot& l = leases[slot];
+  gen = state_gen(l.state.load(std::memory_order_relaxed)) + 1;
   const std::int64_t expires = ttl_ms > 0 ? now + ms_to_ns(ttl_ms) : kNoExpiry;
   l.weight.store(weight, std::memory_order_relaxed);
   l.holder.store(holder, std::memory_order_relaxed);
   l.acquired_ns.store(now, std::memory_order_relaxed);
-  // Release: Permit::expires_at() reads the expiry between two reads of the
-  // id without the lock; one that sees this lease's expiry must then see
-  // the previous lease's id = 0.
-  l.expires_ns.store(expires, std::memory_order_release);
-  ewma_advance(now);
-  add(hdr->used, weight);
+  l.expires_ns.store(expires, std::memory_order_relaxed);
   SHMSEM_HOOK(mid_grant);
-  add(holders[holder].leases, 1);
   id = hdr->next_permit_id++;
   add(hdr->stats.acquired, 1);
-  if (expires != kNoExpiry && expires < hdr->earliest_expiry_ns.load(std::memory_order_relaxed))
-    hdr->earliest_expiry_ns.store(expires, std::memory_order_relaxed);
+  if (expires != kNoExpiry) lower_earliest_expiry(expires);
   if (to) {
     to->lease.store(slot, std::memory_order_relaxed);
     to->permit_id.store(id, std::memory_order_relaxed);
   }
-  l.id.store(id, std::memory_order_release);
+  l.id.store(id, std::memory_order_relaxed);
+  // Release: whoever sees the slot held sees the lease's fields.
+  l.state.store(slot_state(gen, kSlotHeld), std::memory_order_release);
   return slot;
 }
 
-void attachment::end_lease(std::uint32_t slot, lost_reason reason, std::int64_t now,
-                           wake_list& wakes) {
+void attachment::lower_earliest_expiry(std::int64_t expires) {
+  // A CAS loop, not a store: lock-free acquires lower the bound too.
+  std::int64_t bound = hdr->earliest_expiry_ns.load(std::memory_order_relaxed);
+  while (expires < bound && !hdr->earliest_expiry_ns.compare_exchange_weak(
+                                bound, expires, std::memory_order_relaxed)) {
+  }
+}
+
+void attachment::free_slot(std::uint32_t slot, std::uint64_t gen) {
+  leases[slot].next_free = hdr->free_lease;
+  hdr->free_lease = slot + 1;
+  leases[slot].state.store(slot_state(gen, kSlotFree), std::memory_order_release);
+}
+
+bool attachment::end_lease(std::uint32_t slot, std::uint64_t held, lost_reason reason,
+                           std::int64_t now, wake_list& wakes) {
   lease_slot& l = leases[slot];
+  const std::uint64_t gen = state_gen(held);
+  // The one CAS that decides who ends this lease: its holder's lock-free
+  // release races with us for it.
+  if (!l.state.compare_exchange_strong(held, slot_state(gen, kSlotEnding, reason),
+                                       std::memory_order_acq_rel))
+    return false;
   const std::uint64_t id = l.id.load(std::memory_order_relaxed);
   const std::int32_t weight = l.weight.load(std::memory_order_relaxed);
-  const std::uint32_t holder = l.holder.load(std::memory_order_relaxed);
   if (reason != kLostReleased) {
-    // Written before the id is cleared, so a permit that finds its id gone
-    // also finds why.
+    // Written before the slot is freed, so a permit that finds its lease
+    // gone also finds why.
     l.lost_reason.store(reason, std::memory_order_relaxed);
     l.lost_ns.store(now, std::memory_order_relaxed);
     l.lost_id.store(id, std::memory_order_release);
   }
-  hdr->ending = ending_word(slot, reason);
-  l.id.store(0, std::memory_order_release);
   SHMSEM_HOOK(mid_release);
-  ewma_advance(now);
-  add(hdr->used, -weight);
-  if (holder < hdr->holder_slots.load(std::memory_order_relaxed) &&
-      holders[holder].leases.load(std::memory_order_relaxed) > 0)
-    add(holders[holder].leases, -1);
-  l.next_free = hdr->free_lease;
-  hdr->free_lease = slot + 1;
+  ewma_sample(now);
+  const std::uint64_t before = give_back(weight);
   if (reason == kLostReleased)
     hold_sample(elapsed_ns(now, l.acquired_ns.load(std::memory_order_relaxed)));
   count_end(hdr->stats, reason, weight);
-  hdr->ending = 0;
-  if (hdr->used.load(std::memory_order_relaxed) == 0 &&
-      hdr->idle_waiters.load(std::memory_order_relaxed) > 0) {
+  free_slot(slot, gen);
+  if (gate_used(before) <= weight && hdr->idle_waiters.load(std::memory_order_relaxed) > 0) {
     hdr->idle_seq.fetch_add(1, std::memory_order_release);
     wakes.idle = true;
   }
   if (hdr->queue_head.load(std::memory_order_relaxed) != kNil) grant_queued(now, wakes);
+  return true;
 }
 
 void attachment::hold_sample(std::int64_t ns) {
   record_histogram(hdr->stats.hold, ns);
 }
 
-bool attachment::holds(std::uint32_t slot, std::uint64_t id, std::int64_t now, loss* why) const {
+bool attachment::holds(std::uint32_t slot, std::uint64_t gen, std::uint64_t id, std::int64_t now,
+                       loss* why) const {
   const lease_slot& l = leases[slot];
-  const std::uint64_t current = l.id.load(std::memory_order_acquire);
-  if (current == id) {
+  if (l.state.load(std::memory_order_acquire) == slot_state(gen, kSlotHeld) &&
+      l.id.load(std::memory_order_relaxed) == id) {
     if (l.holder.load(std::memory_order_relaxed) != self.load(std::memory_order_relaxed)) {
       if (why) why->other_process = true;
       return false;
@@ -806,6 +1008,9 @@ std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t
   s.state.store(kWaiting, std::memory_order_release);
   add(hdr->waiters, 1);
   add(holders[holder].waiting, 1);
+  // From now on the fast path stands aside, and its releases come here to
+  // hand their seats to the queue.
+  if (s.prev == kNil) set_gate_flags(kGateQueued, 0);
   return w;
 }
 
@@ -821,6 +1026,7 @@ void attachment::dequeue(std::uint32_t w) {
     hdr->queue_tail.store(s.prev, std::memory_order_relaxed);
   s.prev = s.next = kNil;
   add(hdr->waiters, -1);
+  if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) set_gate_flags(0, kGateQueued);
 }
 
 void attachment::free_waiter(std::uint32_t w) {
@@ -832,15 +1038,14 @@ void attachment::free_waiter(std::uint32_t w) {
 }
 
 void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
-  const std::int32_t cap = hdr->capacity.load(std::memory_order_relaxed);
   for (;;) {
     const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
     if (head == kNil) break;
     waiter_slot& s = waiters[head - 1];
     // Strict FIFO: a head that does not fit holds back everyone behind it.
-    if (hdr->used.load(std::memory_order_relaxed) + s.weight > cap) break;
-    std::uint64_t id = 0;
-    grant(s.holder, s.weight, s.ttl_ms, now, id, &s);
+    if (!admit(s.weight, true)) break;
+    std::uint64_t id = 0, gen = 0;
+    grant(s.holder, s.weight, s.ttl_ms, now, id, gen, &s);
     SHMSEM_HOOK(mid_handoff);
     record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
     dequeue(head - 1);
@@ -855,7 +1060,7 @@ void attachment::tell(std::uint32_t w, waiter_state state, wake_list& wakes) {
 }
 
 void attachment::reject_oversized(wake_list& wakes) {
-  const std::int32_t cap = hdr->capacity.load(std::memory_order_relaxed);
+  const std::int32_t cap = capacity();
   std::uint32_t w = hdr->queue_head.load(std::memory_order_relaxed);
   while (w != kNil) {
     waiter_slot& s = waiters[w - 1];
@@ -873,47 +1078,56 @@ void attachment::reject_oversized(wake_list& wakes) {
 // Reaping
 
 int attachment::reap(std::int64_t now, wake_list& wakes, bool force_scan) {
-  const std::int32_t before = hdr->used.load(std::memory_order_relaxed);
+  const std::int32_t before = used();
   const std::uint32_t hwm = hdr->lease_hwm.load(std::memory_order_relaxed);
+  const std::int64_t due = hdr->resettle_due_ns.load(std::memory_order_relaxed);
+  if (due != 0 && due <= now && resettle(now)) {
+    add(hdr->stats.recoveries, 1);
+    log().warn("semaphore '{}': the seats in use were recounted from the lease table", key);
+  }
   if (force_scan || hdr->earliest_expiry_ns.load(std::memory_order_relaxed) <= now) {
-    // Leases granted during the scan (end_lease hands seats to waiters)
-    // lower the bound themselves; the scan lowers it for the rest.
+    // Frozen while the bound is rebuilt: a lock-free acquire that took its
+    // seats before the freeze shows its expiry in its slot (acquiring or
+    // held), and one after it waits for this lock. Leases granted during
+    // the scan (end_lease hands seats to waiters) lower the bound
+    // themselves; the scan lowers it for the rest.
+    set_gate_flags(kGateFrozen, 0);
     hdr->earliest_expiry_ns.store(INT64_MAX, std::memory_order_relaxed);
     std::int64_t earliest = INT64_MAX;
     for (std::uint32_t i = 0; i < hwm; ++i) {
-      if (leases[i].id.load(std::memory_order_relaxed) == 0) continue;
+      const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+      const slot_kind k = state_kind(st);
+      if (k != kSlotHeld && k != kSlotAcquiring) continue;
       const std::int64_t exp = leases[i].expires_ns.load(std::memory_order_relaxed);
       if (exp == kNoExpiry) continue;
-      if (exp <= now)
-        end_lease(i, kLostExpired, now, wakes);
+      if (k == kSlotHeld && exp <= now)
+        end_lease(i, st, kLostExpired, now, wakes);
       else
         earliest = std::min(earliest, exp);
     }
-    if (earliest < hdr->earliest_expiry_ns.load(std::memory_order_relaxed))
-      hdr->earliest_expiry_ns.store(earliest, std::memory_order_relaxed);
+    lower_earliest_expiry(earliest);
+    set_gate_flags(0, kGateFrozen);
   }
   const std::uint32_t n = hdr->holder_slots.load();
   const std::uint32_t me = self.load(std::memory_order_relaxed);
   for (std::uint32_t h = 0; h < n; ++h) {
     holder_record& r = holders[h];
     if (h == me || r.state.load() != kHolderAttached) continue;
-    if (r.leases.load() == 0 && r.waiting.load() == 0 && !force_scan) continue;
     if (!file->locked_by_other(kTokenBase + h)) reap_holder(h, now, wakes);
   }
-  const std::int32_t freed = before - hdr->used.load(std::memory_order_relaxed);
+  const std::int32_t freed = before - used();
   return freed > 0 ? freed : 0;
 }
 
 bool attachment::reap_needed(std::int64_t now) const {
   if (hdr->earliest_expiry_ns.load(std::memory_order_relaxed) <= now) return true;
+  const std::int64_t due = hdr->resettle_due_ns.load(std::memory_order_relaxed);
+  if (due != 0 && due <= now) return true;
   const std::uint32_t n = hdr->holder_slots.load(std::memory_order_relaxed);
   const std::uint32_t me = self.load(std::memory_order_relaxed);
   for (std::uint32_t h = 0; h < n; ++h) {
     const holder_record& r = holders[h];
     if (h == me || r.state.load(std::memory_order_acquire) != kHolderAttached) continue;
-    if (r.leases.load(std::memory_order_relaxed) == 0 &&
-        r.waiting.load(std::memory_order_relaxed) == 0)
-      continue;
     if (!file->locked_by_other(kTokenBase + h)) return true;
   }
   return false;
@@ -931,6 +1145,17 @@ void attachment::grow_leases(std::uint32_t slots) {
   if (int err = file->allocate(file_size_for(have), file_size_for(slots) - file_size_for(have)))
     throw_segment_errno(path, "cannot grow the lease table of", err);
   hdr->lease_slots.store(slots);
+}
+
+lease_stats sum_lease_stats(const segment_header* h, const thread_record* t, std::uint32_t n) {
+  lease_stats s;
+  s.acquired = h->stats.acquired.load(std::memory_order_relaxed);
+  s.released = h->stats.released.load(std::memory_order_relaxed);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    s.acquired += t[i].acquired.load(std::memory_order_relaxed);
+    for (const auto& c : t[i].hold_counts) s.released += c.load(std::memory_order_relaxed);
+  }
+  return s;
 }
 
 }  // namespace shmsem::detail

@@ -6,6 +6,7 @@
 #include <shmsem/errors.hpp>
 #include <shmsem/options.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -34,6 +35,23 @@ void set_hook(hook_fn fn);
 #endif
 
 inline constexpr std::uint32_t kNoSelf = UINT32_MAX;
+
+/// How long a repairer waits for the live threads' lock-free operations in
+/// flight to finish (a few instructions each, unless a thread is stopped).
+inline constexpr std::int64_t kQuiesceNs = 50'000'000;
+/// After a recount that had to give up, retry after this long, doubling up
+/// to the maximum while it keeps failing.
+inline constexpr std::int64_t kResettleRetryMinNs = 10'000'000;
+inline constexpr std::int64_t kResettleRetryMaxNs = 5'000'000'000;
+
+/// Leases granted and given back, over the locked path and every thread
+/// record of the fast path.
+struct lease_stats {
+  std::uint64_t acquired = 0;
+  std::uint64_t released = 0;
+};
+lease_stats sum_lease_stats(const layout::segment_header* h, const layout::thread_record* t,
+                            std::uint32_t n);
 
 /// Waiters to wake once the lock is dropped (waking under the lock would
 /// make them block on it straight away).
@@ -76,6 +94,7 @@ struct attachment {
   layout::segment_header* hdr = nullptr;
   layout::holder_record* holders = nullptr;
   layout::waiter_slot* waiters = nullptr;
+  layout::thread_record* threads = nullptr;
   layout::lease_slot* leases = nullptr;
   std::uint64_t pid_ns = 0;
 
@@ -97,6 +116,9 @@ struct attachment {
   /// call finish_detach() after unlocking.
   bool drop_permit_locked() noexcept;
   static void finish_detach(attachment* a) noexcept;
+  /// [locked] Called when this process is done with the segment: frees what
+  /// it kept in reserve (lease slots, thread records) and its holder record.
+  void retire_self();
   /// Removes the segment if no live process is attached. Race-free against
   /// a concurrent attach.
   static bool remove_if_unused(std::string_view key);
@@ -106,17 +128,40 @@ struct attachment {
   bool lock(std::int64_t deadline_ns);
   void unlock() noexcept;
 
+  // --- the gate (any thread, locked or not)
+  std::uint64_t gate() const { return hdr->gate.load(std::memory_order_acquire); }
+  std::int32_t used() const { return layout::gate_used(gate()); }
+  std::int32_t capacity() const { return layout::gate_capacity(gate()); }
+  /// Allocated thread records, bounded by the table's size.
+  std::uint32_t thread_count() const {
+    return std::min(hdr->thread_slots.load(std::memory_order_acquire), layout::kMaxThreads);
+  }
+  /// Takes `n` seats if they fit and the gate is not frozen and, unless
+  /// `pass_queue` (the queue itself is being served), nobody is queued.
+  bool admit(std::int32_t n, bool pass_queue);
+  /// Gives `n` seats back; returns the gate as it was before.
+  std::uint64_t give_back(std::int32_t n);
+  /// Sets or clears gate flags (kGateQueued, kGateFrozen) [locked].
+  void set_gate_flags(std::uint64_t set, std::uint64_t clear);
+  /// Sets the capacity in the gate [locked].
+  void set_gate_capacity(std::int32_t capacity);
+  /// Lowers earliest_expiry_ns to `expires` if that is earlier (any thread).
+  void lower_earliest_expiry(std::int64_t expires);
+
   // --- [locked] operations
   std::uint32_t ensure_self(wake_list& wakes);
   bool holder_alive(std::uint32_t holder) const;
-  /// Grants a lease of `weight` seats to `holder`; returns its slot. For a
-  /// queued waiter, `to` is its slot: it learns the lease before the lease
-  /// is published, so repair() can finish a handoff cut short by a death.
+  /// Gives `weight` admitted seats (admit() took them) a lease slot of
+  /// `holder`; returns the slot, and its id and generation. For a queued
+  /// waiter, `to` is its slot: it learns the lease before the lease is
+  /// published, so repair() can finish a handoff cut short by a death.
   std::uint32_t grant(std::uint32_t holder, int weight, std::int64_t ttl_ms, std::int64_t now_ns,
-                      std::uint64_t& id, layout::waiter_slot* to = nullptr);
-  /// Ends a lease. `reason` kLostReleased is the holder's own release.
-  void end_lease(std::uint32_t slot, layout::lost_reason reason, std::int64_t now_ns,
-                 wake_list& wakes);
+                      std::uint64_t& id, std::uint64_t& gen, layout::waiter_slot* to = nullptr);
+  /// Ends the lease of `slot` whose state word is `held` (kSlotHeld). False
+  /// if it had ended already (its holder or another party won the CAS).
+  /// `reason` kLostReleased is the holder's own release.
+  bool end_lease(std::uint32_t slot, std::uint64_t held, layout::lost_reason reason,
+                 std::int64_t now_ns, wake_list& wakes);
   /// Grants seats to queued waiters in FIFO order while they fit.
   void grant_queued(std::int64_t now_ns, wake_list& wakes);
   /// Reclaims dead holders' and expired leases; returns seats freed.
@@ -130,28 +175,38 @@ struct attachment {
   void tell(std::uint32_t w, layout::waiter_state state, wake_list& wakes);
   /// Grows the lease table to hold `slots` (fallocate); throws SegmentError.
   void grow_leases(std::uint32_t slots);
-  void ewma_advance(std::int64_t now_ns);
   void hold_sample(std::int64_t ns);
-  /// Checks that `slot` still holds lease `id` for this process, unexpired.
-  bool holds(std::uint32_t slot, std::uint64_t id, std::int64_t now_ns, loss* why) const;
+  /// Checks that `slot` still holds lease (`gen`, `id`) for this process, unexpired.
+  bool holds(std::uint32_t slot, std::uint64_t gen, std::uint64_t id, std::int64_t now_ns,
+             loss* why) const;
 
   // --- lock-free
   /// Cheap check (no lock) whether reap() would find anything: a dead
-  /// holder with leases or waiters, or a lease past its expiry.
+  /// holder, or a lease past its expiry.
   bool reap_needed(std::int64_t now_ns) const;
   /// Wakes the waiters a locked operation collected.
   void wake(const wake_list& wakes);
-  double ewma_now(std::int64_t now_ns) const;
+  /// The smoothed utilization at `now_ns`, taking the current level as a
+  /// sample: every call (a reader's too) advances the shared average.
+  double ewma_sample(std::int64_t now_ns) const;
 
   [[noreturn]] void fail(errc code, const std::string& problem) const;
 
  private:
   void repair();
+  /// [locked] Recomputes the seats in use from the held lease slots. The
+  /// gate is frozen meanwhile, so no lock-free operation lands during the
+  /// count; it first waits for the live threads' operations already in
+  /// flight. False (nothing changed) if one of them does not finish in
+  /// time: a stopped thread; resettle_due_ns schedules a retry.
+  bool resettle(std::int64_t now_ns);
   /// [locked] Doubles a fixed-offset table (up to `max` entries).
   template <class Slot>
   void grow_table(std::atomic<std::uint32_t>& count, Slot* table, std::size_t offset,
                   std::uint32_t max, const char* what);
   void reap_holder(std::uint32_t holder, std::int64_t now_ns, wake_list& wakes);
+  /// [locked] Puts `slot` on the free list.
+  void free_slot(std::uint32_t slot, std::uint64_t gen);
 };
 
 /// The clock value stored in leases (CLOCK_MONOTONIC_COARSE).

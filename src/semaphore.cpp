@@ -146,7 +146,7 @@ AcquisitionError acquisition_error(const attachment& a, Reason r, int n, const s
       msg += "shut down";
       break;
     case Reason::exceeds_capacity:
-      msg += "more than the capacity of " + std::to_string(a.hdr->capacity.load());
+      msg += "more than the capacity of " + std::to_string(a.capacity());
       break;
     case Reason::error:
       msg += "segment error";
@@ -266,29 +266,23 @@ std::string_view Semaphore::key() const noexcept {
 
 namespace detail {
 struct permit_access {
-  static Permit make(handle& h, std::uint32_t slot, std::uint64_t id, int n, std::int64_t ttl_ms,
-                     bool renew, std::int64_t granted_ns);
+  static Permit make(handle& h, std::uint32_t slot, std::uint64_t gen, std::uint64_t id, int n,
+                     std::int64_t ttl_ms, bool renew, std::int64_t granted_ns);
 };
 }  // namespace detail
 
 namespace {
-Permit make_permit(handle& h, std::uint32_t slot, std::uint64_t id, const acquisition& q,
-                   std::int64_t granted_ns) {
-  return detail::permit_access::make(h, slot, id, q.n, q.ttl_ms, q.renew, granted_ns);
+Permit make_permit(handle& h, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
+                   const acquisition& q, std::int64_t granted_ns) {
+  return detail::permit_access::make(h, slot, gen, id, q.n, q.ttl_ms, q.renew, granted_ns);
 }
 
-// [locked] True if n seats can be granted now without passing anyone in the
+// [locked] Takes n seats now if they fit without passing anyone in the
 // queue, after reclaiming dead holders' and expired seats if that helps.
 bool admits_now(attachment& a, int n, std::int64_t now, detail::wake_list& wakes) {
-  auto fits = [&] {
-    const auto* hdr = a.hdr;
-    return hdr->queue_head.load(std::memory_order_relaxed) == detail::layout::kNil &&
-           hdr->used.load(std::memory_order_relaxed) + n <=
-               hdr->capacity.load(std::memory_order_relaxed);
-  };
-  if (fits()) return true;
+  if (a.admit(n, false)) return true;
   a.reap(now, wakes);
-  return fits();
+  return a.admit(n, false);
 }
 
 // [locked] Grants the seats to this process at once, unlocks, and tells the
@@ -296,22 +290,16 @@ bool admits_now(attachment& a, int n, std::int64_t now, detail::wake_list& wakes
 Permit grant_now(handle& h, locked& lk, std::uint32_t self, const acquisition& q,
                  std::int64_t now) {
   attachment& a = *h.att;
-  std::uint64_t id;
-  const std::uint32_t slot = a.grant(self, q.n, q.ttl_ms, now, id);
+  std::uint64_t id, gen;
+  const std::uint32_t slot = a.grant(self, q.n, q.ttl_ms, now, id, gen);
   detail::record_histogram(a.hdr->stats.wait, 0);
   ++a.live_permits;
   lk.unlock();
-  Permit p = make_permit(h, slot, id, q, now);
+  Permit p = make_permit(h, slot, gen, id, q, now);
   if (h.opts.observer) {
-    AcquireEvent e{a.key,
-                   a.hdr->capacity.load(),
-                   q.n,
-                   a.hdr->used.load(),
-                   id,
-                   0,
-                   std::chrono::nanoseconds(0),
-                   Outcome::acquired,
-                   false};
+    AcquireEvent e{
+        a.key, a.capacity(), q.n, a.used(), id, 0, std::chrono::nanoseconds(0), Outcome::acquired,
+        false};
     detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
   }
   return p;
@@ -351,9 +339,9 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
     }
     if (h.opts.observer) {
       AcquireEvent e{a.key,
-                     a.hdr->capacity.load(),
+                     a.capacity(),
                      n,
-                     a.hdr->used.load(),
+                     a.used(),
                      0,
                      wakeups,
                      std::chrono::nanoseconds(waited_ns),
@@ -375,8 +363,7 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
     locked lk(a, deadline);
     if (!lk.owns()) throw fail(Reason::timeout, 0, 0, false);
     const std::uint32_t self = a.ensure_self(lk.wakes);
-    auto* hdr = a.hdr;
-    if (n > hdr->capacity.load(std::memory_order_relaxed)) {
+    if (n > a.capacity()) {
       lk.unlock();
       throw fail(Reason::exceeds_capacity, 0, 0, false);
     }
@@ -388,6 +375,9 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
       throw fail(Reason::timeout, 0, 0, false);
     }
     w = a.enqueue(self, n, q.ttl_ms, now);
+    // Seats a lock-free release gave back after admits_now() looked, before
+    // the queue flag stopped the fast path: serve the queue now.
+    a.grant_queued(now, lk.wakes);
   }
 
   // --- blocked: sleep on our waiter slot until granted or told to stop ---
@@ -438,15 +428,21 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
     const std::int64_t tick = now + (head ? detail::kHeadTickNs : detail::kOtherTickNs);
     const auto r = sys::futex_wait(&slot.seq, seq, std::min(deadline, tick));
     if (r == sys::wait_result::woken) ++wakeups;
-    if (r == sys::wait_result::timed_out && a.reap_needed(detail::lease_clock())) {
+    // Also serve the queue if the head fits: a releaser that gave its seats
+    // back without the lock may have died before handing them on.
+    if (r == sys::wait_result::timed_out && (a.reap_needed(detail::lease_clock()) ||
+                                             (head && detail::layout::gate_fits(a.gate(), n)))) {
       locked lk(a, deadline);
-      if (lk.owns()) a.reap(detail::lease_clock(), lk.wakes);
+      if (lk.owns()) {
+        a.reap(detail::lease_clock(), lk.wakes);
+        a.grant_queued(detail::lease_clock(), lk.wakes);
+      }
     }
   }
 
   // --- leave the queue; keep or give back a grant that raced with us ---
   std::uint32_t lease = 0;
-  std::uint64_t id = 0;
+  std::uint64_t id = 0, gen = 0;
   std::int64_t granted_ns = 0;
   {
     locked lk(a, sys::kNever);
@@ -454,6 +450,8 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
     if (st == detail::layout::kGranted) {
       lease = slot.lease.load(std::memory_order_relaxed);
       id = slot.permit_id.load(std::memory_order_relaxed);
+      const std::uint64_t held = a.leases[lease].state.load(std::memory_order_acquire);
+      gen = detail::layout::state_gen(held);
       granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
       if (granted || reason == Reason::timeout) {
         // A grant that arrived as the budget ran out is still a grant.
@@ -461,7 +459,7 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
         ++a.live_permits;
       } else {
         // Cancelled or shut down: a seat won meanwhile goes back quietly.
-        a.end_lease(lease, detail::layout::kLostReleased, detail::lease_clock(), lk.wakes);
+        a.end_lease(lease, held, detail::layout::kLostReleased, detail::lease_clock(), lk.wakes);
       }
     }
     a.free_waiter(w);
@@ -475,12 +473,12 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
   }
   const std::int64_t waited = sys::precise_now_ns() - started;
   if (!granted) throw fail(reason, wakeups, waited, true);
-  Permit p = make_permit(h, lease, id, q, granted_ns);
+  Permit p = make_permit(h, lease, gen, id, q, granted_ns);
   if (h.opts.observer) {
     AcquireEvent e{a.key,
-                   a.hdr->capacity.load(),
+                   a.capacity(),
                    n,
-                   a.hdr->used.load(),
+                   a.used(),
                    id,
                    wakeups,
                    std::chrono::nanoseconds(waited),
@@ -502,15 +500,8 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
   auto failed = [&](Outcome outcome) -> std::optional<Permit> {
     a.hdr->stats.try_failures.fetch_add(1, std::memory_order_relaxed);
     if (h.opts.observer) {
-      AcquireEvent e{a.key,
-                     a.hdr->capacity.load(),
-                     n,
-                     a.hdr->used.load(),
-                     0,
-                     0,
-                     std::chrono::nanoseconds(0),
-                     outcome,
-                     false};
+      AcquireEvent e{a.key,   a.capacity(), n, a.used(), 0, 0, std::chrono::nanoseconds(0),
+                     outcome, false};
       detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
     }
     return std::nullopt;
@@ -520,9 +511,8 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
     return failed(Outcome::shutdown);
   locked lk(a, sys::kNever);
   const std::uint32_t self = a.ensure_self(lk.wakes);
-  auto* hdr = a.hdr;
   const std::int64_t now = detail::lease_clock();
-  if (n > hdr->capacity.load(std::memory_order_relaxed)) {
+  if (n > a.capacity()) {
     lk.unlock();
     return failed(Outcome::exceeds_capacity);
   }
@@ -534,11 +524,12 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
 }
 
 namespace detail {
-Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t id, int n,
-                           std::int64_t ttl_ms, bool renew, std::int64_t granted_ns) {
+Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
+                           int n, std::int64_t ttl_ms, bool renew, std::int64_t granted_ns) {
   Permit p;
   p.att_ = h.att;
   p.slot_ = slot;
+  p.gen_ = gen;
   p.weight_ = n;
   p.id_ = id;
   p.ttl_ms_ = ttl_ms;
@@ -550,6 +541,7 @@ Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t id, int 
     auto r = std::make_shared<detail::renewal>();
     r->att = h.att;
     r->slot = slot;
+    r->gen = gen;
     r->id = id;
     r->ttl_ms = ttl_ms;
     r->handle_id = h.id;
@@ -568,13 +560,14 @@ Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t id, int 
 // Introspection
 
 int Semaphore::capacity() const noexcept {
-  return h_->att->hdr->capacity.load(std::memory_order_relaxed);
+  return h_->att->capacity();
 }
 int Semaphore::used() const noexcept {
-  return h_->att->hdr->used.load(std::memory_order_relaxed);
+  return h_->att->used();
 }
 int Semaphore::available() const noexcept {
-  return std::max(0, capacity() - used());
+  const std::uint64_t g = h_->att->gate();
+  return std::max(0, detail::layout::gate_capacity(g) - detail::layout::gate_used(g));
 }
 int Semaphore::waiters() const noexcept {
   return h_->att->hdr->waiters.load(std::memory_order_relaxed);
@@ -586,10 +579,12 @@ bool Semaphore::full() const noexcept {
   return used() >= capacity();
 }
 double Semaphore::utilization() const noexcept {
-  return static_cast<double>(used()) / capacity();
+  const std::uint64_t g = h_->att->gate();
+  return static_cast<double>(detail::layout::gate_used(g)) /
+         std::max(1, detail::layout::gate_capacity(g));
 }
 double Semaphore::utilization_smoothed() const noexcept {
-  return h_->att->ewma_now(detail::lease_clock());
+  return h_->att->ewma_sample(detail::lease_clock());
 }
 
 namespace {
@@ -601,7 +596,8 @@ void read_histogram(const detail::layout::shared_histogram& in, Histogram& out) 
 }  // namespace
 
 Stats Semaphore::stats() const {
-  const auto& s = h_->att->hdr->stats;
+  const attachment& a = *h_->att;
+  const auto& s = a.hdr->stats;
   Stats out;
   auto rd = [](const std::atomic<std::uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   out.acquired = rd(s.acquired);
@@ -618,6 +614,21 @@ Stats Semaphore::stats() const {
   out.recoveries = rd(s.recoveries);
   read_histogram(s.wait, out.wait);
   read_histogram(s.hold, out.hold);
+  // The fast path's counters, one record per thread: every grant there is
+  // immediate (a wait of 0), every release there a hold sample.
+  const std::uint32_t nt = a.thread_count();
+  for (std::uint32_t t = 0; t < nt; ++t) {
+    const auto& r = a.threads[t];
+    const std::uint64_t acquired = rd(r.acquired);
+    out.acquired += acquired;
+    out.wait.counts[0] += acquired;
+    for (std::size_t i = 0; i < out.hold.counts.size(); ++i) {
+      const std::uint64_t c = rd(r.hold_counts[i]);
+      out.hold.counts[i] += c;
+      out.released += c;
+    }
+    out.hold.sum_seconds += static_cast<double>(rd(r.hold_sum_ns)) / 1e9;
+  }
   return out;
 }
 
@@ -629,15 +640,15 @@ std::vector<Holder> Semaphore::holders() const {
   std::vector<std::int8_t> alive(a.hdr->holder_slots.load(std::memory_order_relaxed), -1);
   for (std::uint32_t i = 0; i < hwm; ++i) {
     const auto& l = a.leases[i];
-    const std::uint64_t id = l.id.load(std::memory_order_acquire);
-    if (id == 0) continue;
+    const std::uint64_t st = l.state.load(std::memory_order_acquire);
+    if (detail::layout::state_kind(st) != detail::layout::kSlotHeld) continue;
     Holder h;
-    h.permit_id = id;
+    h.permit_id = l.id.load(std::memory_order_relaxed);
     h.weight = l.weight.load(std::memory_order_relaxed);
     const std::uint32_t holder = l.holder.load(std::memory_order_relaxed);
     const std::int64_t acquired = l.acquired_ns.load(std::memory_order_relaxed);
-    const std::int64_t exp = l.expires_ns.load(std::memory_order_relaxed);
-    if (l.id.load(std::memory_order_acquire) != id) continue;  // changed under us
+    const std::int64_t exp = l.expires_ns.load(std::memory_order_acquire);
+    if (l.state.load(std::memory_order_relaxed) != st) continue;  // changed under us
     h.acquired_at = Permit::clock::time_point(std::chrono::nanoseconds(acquired));
     if (exp) h.expires_at = Permit::clock::time_point(std::chrono::nanoseconds(exp));
     if (holder < alive.size()) {
@@ -693,8 +704,8 @@ void Semaphore::set_capacity(int permits) {
   locked lk(a, sys::kNever);
   a.grow_leases(static_cast<std::uint32_t>(permits));
   const std::int64_t now = detail::lease_clock();
-  a.ewma_advance(now);
-  a.hdr->capacity.store(permits, std::memory_order_relaxed);
+  a.ewma_sample(now);
+  a.set_gate_capacity(permits);
   a.reject_oversized(lk.wakes);
   a.grant_queued(now, lk.wakes);
 }
@@ -707,14 +718,14 @@ int Semaphore::force_release_all() {
   const std::uint32_t hwm = a.hdr->lease_hwm.load(std::memory_order_relaxed);
   for (std::uint32_t i = 0; i < hwm; ++i) {
     const auto& l = a.leases[i];
-    if (l.id.load(std::memory_order_relaxed) == 0) continue;
+    const std::uint64_t st = l.state.load(std::memory_order_acquire);
+    if (detail::layout::state_kind(st) != detail::layout::kSlotHeld) continue;
     const std::int64_t exp = l.expires_ns.load(std::memory_order_relaxed);
     if (exp && exp <= now) {
-      a.end_lease(i, detail::layout::kLostExpired, now, lk.wakes);
+      a.end_lease(i, st, detail::layout::kLostExpired, now, lk.wakes);
     } else if (!a.holder_alive(l.holder.load(std::memory_order_relaxed))) {
-      a.end_lease(i, detail::layout::kLostReaped, now, lk.wakes);
-    } else {
-      a.end_lease(i, detail::layout::kLostForceReleased, now, lk.wakes);
+      a.end_lease(i, st, detail::layout::kLostReaped, now, lk.wakes);
+    } else if (a.end_lease(i, st, detail::layout::kLostForceReleased, now, lk.wakes)) {
       ++displaced;
     }
   }
@@ -733,7 +744,7 @@ bool Semaphore::wait_idle(std::chrono::milliseconds timeout) {
   bool idle = false;
   for (;;) {
     const std::uint32_t seq = hdr->idle_seq.load(std::memory_order_acquire);
-    if (hdr->used.load(std::memory_order_acquire) == 0) {
+    if (a.used() == 0) {
       idle = true;
       break;
     }

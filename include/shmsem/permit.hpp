@@ -92,6 +92,7 @@ class SHMSEM_API Permit {
   std::uint32_t slot_ = 0;
   int weight_ = 0;
   std::uint64_t id_ = 0;
+  std::uint64_t gen_ = 0;        // the lease's generation in its slot
   std::int64_t ttl_ms_ = 0;      // 0: no expiry
   std::int64_t expires_ns_ = 0;  // 0: no expiry
   clock::time_point acquired_at_{};

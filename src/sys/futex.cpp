@@ -1,6 +1,7 @@
 #include "sys/futex.hpp"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,6 +41,10 @@ wait_result futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
 void futex_wake(std::atomic<std::uint32_t>* word, int count) {
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr,
             0);
+}
+
+void yield() {
+  ::sched_yield();
 }
 
 }  // namespace shmsem::sys

@@ -15,6 +15,10 @@ enum class wait_result { woken, timed_out, value_changed, interrupted };
 wait_result futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                        std::int64_t deadline_ns);
 
+/// Gives the CPU to another runnable thread (sched_yield): for waits of a
+/// few instructions on another thread that may have been preempted.
+void yield();
+
 /// Wakes up to `count` sleepers on word (INT32_MAX: all).
 void futex_wake(std::atomic<std::uint32_t>* word, int count);
 

@@ -140,7 +140,7 @@ TEST(SpecialFiles, OutOfRangeHeaderFieldIsRefused) {
   corrupt_copy(src.str(), key.str(), 0, [&](auto& h) {
     h.key_size = static_cast<std::uint32_t>(key.str().size());
     std::memcpy(h.key, key.c_str(), key.str().size() + 1);
-    h.capacity.store(-5);
+    h.gate.store(detail::layout::make_gate(0, 0, 0));
   });
   expect_refused(key.str(), errc::bad_segment);
 }

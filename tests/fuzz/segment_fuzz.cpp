@@ -46,12 +46,13 @@ void check_valid_image(const layout::segment_header* h, std::uint64_t file_size)
   check(h->format == layout::format_word());
   check(h->init_state.load() == layout::kReady);
   check(h->key_size >= 1 && h->key_size <= layout::kMaxKeySize);
-  const auto cap = h->capacity.load();
+  const auto cap = layout::gate_capacity(h->gate.load());
   check(cap >= 1 && cap <= shmsem::kMaxCapacity);
   const auto leases = h->lease_slots.load();
   check(leases >= static_cast<std::uint32_t>(cap) && leases <= layout::kMaxLeases);
   check(h->holder_slots.load() >= 1 && h->holder_slots.load() <= layout::kMaxHolders);
   check(h->waiter_slots.load() >= 1 && h->waiter_slots.load() <= layout::kMaxWaiters);
+  check(h->thread_slots.load() >= 1 && h->thread_slots.load() <= layout::kMaxThreads);
   check(h->lease_hwm.load() <= leases);
   check(file_size >= layout::file_size_for(leases));
 }

@@ -18,40 +18,44 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(segment_header, init_state), 16u);
   EXPECT_EQ(offsetof(segment_header, key_size), 20u);
   EXPECT_EQ(offsetof(segment_header, created_realtime_ns), 24u);
-  EXPECT_EQ(offsetof(segment_header, key), 32u);
+  EXPECT_EQ(offsetof(segment_header, ewma_base_ns), 32u);
+  EXPECT_EQ(offsetof(segment_header, key), 40u);
   EXPECT_EQ(offsetof(segment_header, mutex), 320u);
-  EXPECT_EQ(offsetof(segment_header, capacity), 384u);
-  EXPECT_EQ(offsetof(segment_header, used), 388u);
-  EXPECT_EQ(offsetof(segment_header, waiters), 392u);
-  EXPECT_EQ(offsetof(segment_header, holder_slots), 396u);
-  EXPECT_EQ(offsetof(segment_header, waiter_slots), 400u);
-  EXPECT_EQ(offsetof(segment_header, lease_slots), 404u);
-  EXPECT_EQ(offsetof(segment_header, lease_hwm), 408u);
-  EXPECT_EQ(offsetof(segment_header, earliest_expiry_ns), 416u);
-  EXPECT_EQ(offsetof(segment_header, ewma), 424u);
-  EXPECT_EQ(offsetof(segment_header, ewma_ns), 440u);
-  EXPECT_EQ(offsetof(segment_header, idle_seq), 448u);
-  EXPECT_EQ(offsetof(segment_header, idle_waiters), 452u);
-  EXPECT_EQ(offsetof(segment_header, free_lease), 456u);
-  EXPECT_EQ(offsetof(segment_header, queue_head), 460u);
-  EXPECT_EQ(offsetof(segment_header, queue_tail), 464u);
-  EXPECT_EQ(offsetof(segment_header, next_permit_id), 472u);
-  EXPECT_EQ(offsetof(segment_header, next_ticket), 480u);
-  EXPECT_EQ(offsetof(segment_header, stats), 512u);
-  EXPECT_EQ(sizeof(shared_stats), 12 * 8u + 2 * (14 * 8u));
-  EXPECT_EQ(sizeof(segment_header), 832u);
-}
+  EXPECT_EQ(offsetof(segment_header, gate), 384u);
+  EXPECT_EQ(offsetof(segment_header, earliest_expiry_ns), 392u);
+  EXPECT_EQ(offsetof(segment_header, idle_waiters), 400u);
+  EXPECT_EQ(offsetof(segment_header, waiters), 448u);
+  EXPECT_EQ(offsetof(segment_header, holder_slots), 452u);
+  EXPECT_EQ(offsetof(segment_header, waiter_slots), 456u);
+  EXPECT_EQ(offsetof(segment_header, thread_slots), 460u);
+  EXPECT_EQ(offsetof(segment_header, lease_slots), 464u);
+  EXPECT_EQ(offsetof(segment_header, lease_hwm), 468u);
+  EXPECT_EQ(offsetof(segment_header, ewma), 472u);
+  EXPECT_EQ(offsetof(segment_header, idle_seq), 480u);
+  EXPECT_EQ(offsetof(segment_header, free_lease), 484u);
+  EXPECT_EQ(offsetof(segment_header, queue_head), 488u);
+  EXPECT_EQ(offsetof(segment_header, queue_tail), 492u);
+  EXPECT_EQ(offsetof(segment_header, next_permit_id), 504u);
+  EXPECT_EQ(offsetof(segment_header, next_ticket), 512u);
+  EXPECT_EQ(offsetof(segment_header, resettle_due_ns), 520u);
+  EXPECT_EQ(offsetof(segment_header, resettle_backoff_ns), 528u);
+  EXPECT_EQ(offsetof(segment_header, stats), 576u);
 
-TEST(Layout, SlotFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(holder_record, state), 0u);
   EXPECT_EQ(offsetof(holder_record, generation), 4u);
   EXPECT_EQ(offsetof(holder_record, pid), 8u);
   EXPECT_EQ(offsetof(holder_record, uid), 12u);
   EXPECT_EQ(offsetof(holder_record, pid_ns), 16u);
   EXPECT_EQ(offsetof(holder_record, start_time), 24u);
-  EXPECT_EQ(offsetof(holder_record, leases), 32u);
-  EXPECT_EQ(offsetof(holder_record, waiting), 36u);
+  EXPECT_EQ(offsetof(holder_record, waiting), 32u);
+  EXPECT_EQ(offsetof(holder_record, threads), 36u);
   EXPECT_EQ(offsetof(holder_record, comm), 40u);
+
+  EXPECT_EQ(offsetof(thread_record, state), 0u);
+  EXPECT_EQ(offsetof(thread_record, holder), 4u);
+  EXPECT_EQ(offsetof(thread_record, acquired), 8u);
+  EXPECT_EQ(offsetof(thread_record, hold_sum_ns), 16u);
+  EXPECT_EQ(offsetof(thread_record, hold_counts), 24u);
 
   EXPECT_EQ(offsetof(waiter_slot, seq), 0u);
   EXPECT_EQ(offsetof(waiter_slot, state), 4u);
@@ -65,23 +69,55 @@ TEST(Layout, SlotFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(waiter_slot, enqueued_ns), 48u);
   EXPECT_EQ(offsetof(waiter_slot, ticket), 56u);
 
-  EXPECT_EQ(offsetof(lease_slot, id), 0u);
-  EXPECT_EQ(offsetof(lease_slot, expires_ns), 8u);
-  EXPECT_EQ(offsetof(lease_slot, acquired_ns), 16u);
-  EXPECT_EQ(offsetof(lease_slot, weight), 24u);
-  EXPECT_EQ(offsetof(lease_slot, holder), 28u);
-  EXPECT_EQ(offsetof(lease_slot, next_free), 32u);
-  EXPECT_EQ(offsetof(lease_slot, lost_reason), 36u);
-  EXPECT_EQ(offsetof(lease_slot, lost_id), 40u);
-  EXPECT_EQ(offsetof(lease_slot, lost_ns), 48u);
+  EXPECT_EQ(offsetof(lease_slot, state), 0u);
+  EXPECT_EQ(offsetof(lease_slot, id), 8u);
+  EXPECT_EQ(offsetof(lease_slot, expires_ns), 16u);
+  EXPECT_EQ(offsetof(lease_slot, acquired_ns), 24u);
+  EXPECT_EQ(offsetof(lease_slot, weight), 32u);
+  EXPECT_EQ(offsetof(lease_slot, holder), 36u);
+  EXPECT_EQ(offsetof(lease_slot, next_free), 40u);
+  EXPECT_EQ(offsetof(lease_slot, lost_reason), 44u);
+  EXPECT_EQ(offsetof(lease_slot, lost_id), 48u);
+  EXPECT_EQ(offsetof(lease_slot, lost_ns), 56u);
 }
 
 TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kHoldersOffset, 4096u);
   EXPECT_EQ(kWaitersOffset, 4096u + 64u * 4096u);
-  EXPECT_EQ(kLeasesOffset, 4096u + 64u * 4096u + 64u * 16384u);
-  EXPECT_EQ(kLayoutVersion, 1u);
+  EXPECT_EQ(kThreadsOffset, 4096u + 64u * 4096u + 64u * 16384u);
+  EXPECT_EQ(kLeasesOffset, 4096u + 64u * 4096u + 64u * 16384u + 128u * 4096u);
+  EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
+  EXPECT_EQ(kLayoutVersion, 2u);
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
+}
+
+TEST(Layout, GateWordHoldsSeatsCapacityAndFlags) {
+  const std::uint64_t g = make_gate(7, 1'000'000, kGateQueued);
+  EXPECT_EQ(gate_used(g), 7);
+  EXPECT_EQ(gate_capacity(g), 1'000'000);
+  EXPECT_EQ(g & kGateFlags, kGateQueued);
+  EXPECT_TRUE(gate_fits(g, 999'993));
+  EXPECT_FALSE(gate_fits(g, 999'994));
+  // The fast path adds and removes seats with plain arithmetic on the word.
+  EXPECT_EQ(gate_used(g + 3), 10);
+  EXPECT_EQ(gate_capacity(g + 3), 1'000'000);
+  EXPECT_EQ(make_gate(gate_used(g), gate_capacity(g), kGateFrozen) & kGateFlags, kGateFrozen);
+}
+
+TEST(Layout, SlotStateWordHoldsKindReasonAndGeneration) {
+  const std::uint64_t gen = (std::uint64_t{1} << 56) - 1;
+  const std::uint64_t s = slot_state(gen, kSlotEnding, kLostForceReleased);
+  EXPECT_EQ(state_kind(s), kSlotEnding);
+  EXPECT_EQ(state_reason(s), kLostForceReleased);
+  EXPECT_EQ(state_gen(s), gen);
+  EXPECT_NE(slot_state(5, kSlotHeld), slot_state(6, kSlotHeld));
+}
+
+TEST(Layout, EwmaWordHoldsValueAndTime) {
+  const std::uint64_t w = ewma_word(0.625f, 123'456'789u);
+  EXPECT_EQ(ewma_value(w), 0.625f);
+  EXPECT_EQ(ewma_ms(w), 123'456'789u);
+  EXPECT_EQ(ewma_value(ewma_word(0.0f, 0)), 0.0f);
 }
 
 // A minimal valid image, for the validation tests below.
@@ -94,10 +130,11 @@ std::vector<unsigned char> valid_image(int capacity) {
   h->init_state.store(kReady);
   h->key_size = 3;
   std::memcpy(h->key, "abc", 3);
-  h->capacity.store(capacity);
+  h->gate.store(make_gate(0, capacity, 0));
   h->lease_slots.store(static_cast<std::uint32_t>(capacity));
   h->holder_slots.store(kInitialHolders);
   h->waiter_slots.store(kInitialWaiters);
+  h->thread_slots.store(kInitialThreads);
   return img;
 }
 
@@ -125,11 +162,16 @@ TEST(Layout, EachDefectIsNamed) {
   h->init_state.store(kInitializing);
   EXPECT_EQ(validate(img.data(), img.size()), problem::initializing);
   h->init_state.store(kReady);
-  h->capacity.store(0);
+  h->gate.store(make_gate(0, 0, 0));
   EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
-  h->capacity.store(5);  // more than its lease table
+  h->gate.store(make_gate(0, 5, 0));  // more than its lease table
   EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
-  h->capacity.store(4);
+  h->gate.store(make_gate(0, 4, 0) | (std::uint64_t{1} << 50));  // bits no field owns
+  EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
+  h->gate.store(make_gate(0, 4, 0));
+  h->thread_slots.store(kMaxThreads + 1);
+  EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
+  h->thread_slots.store(kInitialThreads);
   h->key_size = 0;
   EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
   h->key_size = 3;
