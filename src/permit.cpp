@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "fastpath.hpp"
 #include "log.hpp"
 #include "renewer.hpp"
 #include "segment.hpp"
@@ -20,10 +21,10 @@ Permit::Permit(Permit&& o) noexcept
       weight_(o.weight_),
       id_(o.id_),
       gen_(o.gen_),
+      fast_(o.fast_),
       ttl_ms_(o.ttl_ms_),
       expires_ns_(o.expires_ns_),
       acquired_at_(o.acquired_at_),
-      handle_id_(o.handle_id_),
       renewal_(std::move(o.renewal_)),
       observer_(std::move(o.observer_)) {
   o.att_ = nullptr;
@@ -38,10 +39,10 @@ Permit& Permit::operator=(Permit&& o) noexcept {
     weight_ = o.weight_;
     id_ = o.id_;
     gen_ = o.gen_;
+    fast_ = o.fast_;
     ttl_ms_ = o.ttl_ms_;
     expires_ns_ = o.expires_ns_;
     acquired_at_ = o.acquired_at_;
-    handle_id_ = o.handle_id_;
     renewal_ = std::move(o.renewal_);
     observer_ = std::move(o.observer_);
     o.att_ = nullptr;
@@ -120,8 +121,10 @@ void Permit::extend(std::chrono::milliseconds ttl) {
 namespace {
 // Frees the permit's lease if still held. Returns true if it was held;
 // otherwise `why` says what happened to it.
+// Frees the permit's lease under the lock if still held. Returns true if it
+// was held; otherwise `why` says what happened to it.
 bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
-                detail::loss& why, int& used_after, bool& detach) {
+                detail::loss& why, int& used_after) {
   detail::wake_list wakes;
   a.lock(INT64_MAX);
   const std::int64_t now = detail::lease_clock();
@@ -134,7 +137,9 @@ bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint6
     a.end_lease(slot, held, detail::layout::kLostExpired, now, wakes);
   }
   used_after = a.used();
-  detach = a.drop_permit_locked();
+  detail::pin(a, -1);
+  // What a detacher's gate RMW meets, as a lock-free release's CAS does.
+  a.hdr->gate.fetch_add(0, std::memory_order_acq_rel);
   a.unlock();
   a.wake(wakes);
   return ended;
@@ -143,18 +148,53 @@ bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint6
 
 void Permit::release() {
   if (!att_) return;
+  // The common case in a few lines: a lock-free lease, no renewal to stop,
+  // nobody to tell.
+  if (fast_ && !renewal_ && !observer_) {
+    attachment& a = *att_;
+    if (detail::thread_entry* entry = detail::local_entry(a)) {
+      detail::release_scope scope(a, entry);
+      std::uint64_t gate_before;
+      const std::int64_t acquired_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(acquired_at_.time_since_epoch())
+              .count();
+      // Without a renewal, expires_ns_ is the lease's expiry: no need to
+      // read the slot's.
+      if (detail::fast_release(a, *entry, slot_, gen_, weight_, acquired_ns, expires_ns_,
+                               gate_before) == detail::fast_release_result::released) {
+        att_ = nullptr;
+        return;
+      }
+    }
+  }
+  release_slowly();
+}
+
+void Permit::release_slowly() {
   if (renewal_) renewal_->stop();
   attachment* a = att_;
   att_ = nullptr;
+  // Until it ends, the mapping stays, whatever another thread does with the
+  // last handle.
+  detail::thread_entry* entry = detail::local_entry(*a);
+  detail::release_scope scope(*a, entry);
   detail::loss why;
   int used_after = 0;
-  bool detach = false;
-  const bool held = end_permit(*a, slot_, gen_, id_, why, used_after, detach);
-  std::string message;
-  if (!held)
-    message = "shmsem: permit " + std::to_string(id_) + " of '" + a->key +
-              "' was not held at release: " + why.describe() +
-              (why.other_process ? "" : "; for that period the bound was not held");
+  bool held;
+  std::uint64_t gate_before = 0;
+  const std::int64_t acquired_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(acquired_at_.time_since_epoch()).count();
+  // A renewal may have moved the expiry: the slot has it (kNoExpiry asks
+  // fast_release() to read it there).
+  const std::int64_t expires = renewal_ ? detail::kReadExpiry : expires_ns_;
+  if (fast_ && entry &&
+      detail::fast_release(*a, *entry, slot_, gen_, weight_, acquired_ns, expires, gate_before) ==
+          detail::fast_release_result::released) {
+    held = true;
+    used_after = detail::layout::gate_used(gate_before) - weight_;
+  } else {
+    held = end_permit(*a, slot_, gen_, id_, why, used_after);
+  }
   if (observer_) {
     try {
       if (held)
@@ -167,8 +207,10 @@ void Permit::release() {
     }
   }
   observer_.reset();
-  if (detach) attachment::finish_detach(a);
-  if (!held) throw PermitNotHeldError(message);
+  if (!held)
+    throw PermitNotHeldError("shmsem: permit " + std::to_string(id_) + " of '" + a->key +
+                             "' was not held at release: " + why.describe() +
+                             (why.other_process ? "" : "; for that period the bound was not held"));
 }
 
 void Permit::release_quietly() noexcept {

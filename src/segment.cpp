@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "fastpath.hpp"
 #include "key.hpp"
 #include "log.hpp"
 #include "sys/futex.hpp"
@@ -25,22 +26,11 @@ using namespace layout;
 
 #ifdef SHMSEM_TESTING
 namespace testing {
-namespace {
 std::atomic<hook_fn> current_hook{nullptr};
-}
 void set_hook(hook_fn fn) {
   current_hook.store(fn);
 }
 }  // namespace testing
-#define SHMSEM_HOOK(p)                                                      \
-  do {                                                                      \
-    if (auto hook_ = testing::current_hook.load(std::memory_order_relaxed)) \
-      hook_(testing::point::p, key);                                        \
-  } while (0)
-#else
-#define SHMSEM_HOOK(p) \
-  do {                 \
-  } while (0)
 #endif
 
 namespace {
@@ -54,6 +44,7 @@ inline void add(std::atomic<T>& a, U v) {
 // Every attachment of this process, for handle sharing and for fork().
 std::mutex registry_mutex;
 std::vector<attachment*> registry;
+std::uint64_t next_serial = 1;  // under registry_mutex
 std::once_flag atfork_once;
 
 void atfork_prepare() {
@@ -70,7 +61,13 @@ void atfork_child() {
   for (attachment* a : registry) {
     if (a->file->reopen_description() == 0) a->file->try_lock(kAttachLockByte, false);
     a->self.store(kNoSelf, std::memory_order_relaxed);
+    // The parent's permits were copied into the child with its memory, and
+    // their pins with the parent's threads, which the child has not: keep
+    // every inherited mapping until the child exits.
+    a->sticky = true;
+    a->entries.clear();
   }
+  forget_thread_entries();
 }
 
 errc errc_for(int err) {
@@ -109,27 +106,9 @@ void throw_segment_errno(const std::string& path, const std::string& what, int e
   throw SegmentError(make_error_code(code), "shmsem: " + what + " " + path + ": " + why);
 }
 
-namespace {
-// The bucket bounds in nanoseconds, so the hot path compares integers.
-// (A function, not an immediately invoked lambda: cppcheck 2.10 cannot parse that.)
-constexpr std::array<std::int64_t, Histogram::kBounds.size()> bounds_ns() {
-  std::array<std::int64_t, Histogram::kBounds.size()> out{};
-  // Positive constants: +0.5 then truncation rounds to nearest, and
-  // std::llround is not constexpr.
-  for (std::size_t i = 0; i < out.size(); ++i)
-    // NOLINTNEXTLINE(bugprone-incorrect-roundings)
-    out[i] = static_cast<std::int64_t>(Histogram::kBounds[i] * 1e9 + 0.5);
-  return out;
-}
-constexpr auto kBoundsNs = bounds_ns();
-
-}  // namespace
-
 void record_histogram(shared_histogram& h, std::int64_t ns) {
   if (ns < 0) ns = 0;
-  std::size_t b = 0;
-  while (b < kBoundsNs.size() && ns > kBoundsNs[b]) ++b;
-  add(h.counts[b], 1);
+  add(h.counts[histogram_bucket(ns)], 1);
   add(h.sum_ns, ns);
 }
 
@@ -309,6 +288,14 @@ errc errc_for(problem p) {
   }
 }
 
+void warn_if_capacity_differs(const attachment& a, int permits) {
+  if (permits > 0 && permits != a.capacity())
+    log().warn(
+        "semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
+        "capacity stands (use set_capacity to change it)",
+        a.key, a.capacity(), permits);
+}
+
 }  // namespace
 
 attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t mode,
@@ -323,24 +310,16 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
 
   std::lock_guard g(registry_mutex);
   for (attachment* a : registry) {
-    if (a->name != name) continue;
+    if (a->name != name || a->dying) continue;
     struct ::stat st;
     // A removed file stays usable for those who have it, but a new open
     // must get the semaphore that now has the name.
     if (a->file->stat(st) != 0 || st.st_nlink == 0) continue;
-    if (!a->lock(deadline))
-      a->fail(errc::busy, "the segment lock is held by a stopped or stuck process");
-    const bool usable = !a->dying;
-    if (usable) ++a->handles;
-    a->unlock();
-    if (usable) {
-      if (permits > 0 && permits != a->capacity())
-        log().warn(
-            "semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
-            "capacity stands (use set_capacity to change it)",
-            a->key, a->capacity(), permits);
-      return a;
-    }
+    ++a->handles;
+    a->closing.store(false, std::memory_order_relaxed);
+    for (thread_entry* e : a->entries) e->closing.store(false, std::memory_order_relaxed);
+    warn_if_capacity_differs(*a, permits);
+    return a;
   }
 
   for (int attempt = 0;; ++attempt) {
@@ -372,10 +351,19 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     const bool alone = file->try_lock(kAttachLockByte, true);
     if ((err = file->map(kMappingSize)) != 0) throw_segment_errno(path, "cannot map", err);
     void* base = file->base();
-    const auto size = static_cast<std::uint64_t>(st.st_size);
+    auto size = static_cast<std::uint64_t>(st.st_size);
     bool key_mismatch = false;
     problem p = size == 0 ? problem::uninitialized
                           : validate(base, size, &key_mismatch, key.data(), key.size());
+    // A table that grew since our fstat: the file grows before its length
+    // is published, so the length validate() read may be newer than the
+    // size. Truncated means the size stays short of it.
+    for (int again = 0; p == problem::truncated && again < 1000; ++again) {
+      if ((err = file->stat(st)) != 0) throw_segment_errno(path, "cannot stat", err);
+      if (static_cast<std::uint64_t>(st.st_size) == size) break;
+      size = static_cast<std::uint64_t>(st.st_size);
+      p = validate(base, size, &key_mismatch, key.data(), key.size());
+    }
     if (key_mismatch)
       throw SegmentError(
           make_error_code(errc::bad_segment),
@@ -417,46 +405,55 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     a->leases = layout::leases(base);
     a->pid_ns = sys::self_pid_ns();
     a->handles = 1;
+    a->serial = next_serial++;
     registry.push_back(a);
-    if (permits > 0 && permits != a->capacity())
-      log().warn(
-          "semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
-          "capacity stands (use set_capacity to change it)",
-          a->key, a->capacity(), permits);
+    warn_if_capacity_differs(*a, permits);
     return a;
   }
 }
 
 void attachment::release_handle(attachment* a) noexcept {
-  // lock() throws only for an unrecoverable segment lock. This runs in
-  // destructors: log and keep the mapping (leaked) rather than terminate.
-  try {
-    a->lock(sys::kNever);
-  } catch (const std::exception& e) {
-    log().error("{} (the handle is dropped without detaching)", e.what());
-    return;
+  bool detach;
+  {
+    std::lock_guard g(registry_mutex);
+    --a->handles;
+    detach = try_detach(a);
   }
-  --a->handles;
-  const bool detach = a->handles == 0 && a->live_permits == 0 && !a->dying;
-  if (detach) a->dying = true;
-  a->unlock();
   if (detach) finish_detach(a);
 }
 
-bool attachment::drop_permit_locked() noexcept {
-  --live_permits;
-  if (live_permits == 0 && handles == 0 && !dying) {
-    dying = true;
-    return true;
-  }
+std::unique_lock<std::mutex> attachment::registry_lock() {
+  return std::unique_lock(registry_mutex);
+}
+
+bool attachment::is_registered(const attachment* a, std::uint64_t serial) {
+  for (const attachment* r : registry)
+    if (r == a) return r->serial == serial;
   return false;
 }
 
+bool attachment::try_detach(attachment* a) {
+  if (a->handles > 0 || a->dying || a->sticky) return false;
+  a->closing.store(true, std::memory_order_relaxed);
+  for (thread_entry* e : a->entries) e->closing.store(true, std::memory_order_relaxed);
+  // Meets the gate CAS of every release in flight (fastpath.cpp): either
+  // that release sees `closing` after its CAS and detaches when done, or
+  // its dropped pin and its busy flag are visible here.
+  a->hdr->gate.fetch_add(0, std::memory_order_acq_rel);
+  std::int64_t pins = a->retired_pins.load(std::memory_order_acquire);
+  for (const thread_entry* e : a->entries) pins += e->pins.load(std::memory_order_acquire);
+  if (pins > 0) return false;  // a Permit still exists; its release detaches
+  // No Permit is left, but a release may still be finishing its last
+  // stores to the mapping: a few instructions, or a lock wait.
+  for (const thread_entry* e : a->entries)
+    while (e->busy.load(std::memory_order_acquire)) sys::yield();
+  while (a->releasing.load(std::memory_order_acquire) > 0) sys::yield();
+  a->dying = true;
+  registry.erase(std::remove(registry.begin(), registry.end(), a), registry.end());
+  return true;
+}
+
 void attachment::finish_detach(attachment* a) noexcept {
-  {
-    std::lock_guard g(registry_mutex);
-    registry.erase(std::remove(registry.begin(), registry.end(), a), registry.end());
-  }
   bool locked = false;
   try {
     locked = a->lock(sys::kNever);
@@ -874,14 +871,11 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
                                 std::int64_t now, std::uint64_t& id, std::uint64_t& gen,
                                 waiter_slot* to) {
   std::uint32_t slot;
-  if (hdr->free_lease != kNil) {
-    slot = hdr->free_lease - 1;
-    hdr->free_lease = leases[slot].next_free;
-  } else {
-    slot = hdr->lease_hwm.load(std::memory_order_relaxed);
-    if (slot >= hdr->lease_slots.load(std::memory_order_relaxed))
-      fail(errc::bad_segment, "the lease table is full (the segment is corrupt)");
-    hdr->lease_hwm.store(slot + 1, std::memory_order_relaxed);
+  try {
+    slot = take_free_slot();
+  } catch (...) {
+    give_back(weight);  // admitted, but no slot to record them in
+    throw;
   }
   lease_slot& l = leases[slot];
   gen = state_gen(l.state.load(std::memory_order_relaxed)) + 1;
@@ -910,6 +904,80 @@ void attachment::lower_earliest_expiry(std::int64_t expires) {
   while (expires < bound && !hdr->earliest_expiry_ns.compare_exchange_weak(
                                 bound, expires, std::memory_order_relaxed)) {
   }
+}
+
+std::uint32_t attachment::take_free_slot() {
+  if (hdr->free_lease != kNil) {
+    const std::uint32_t slot = hdr->free_lease - 1;
+    hdr->free_lease = leases[slot].next_free;
+    return slot;
+  }
+  std::uint32_t slot = hdr->lease_hwm.load(std::memory_order_relaxed);
+  const std::uint32_t have = hdr->lease_slots.load(std::memory_order_relaxed);
+  if (slot >= have) {
+    // Every slot is a lease or in some thread's reserve: grow by a quarter.
+    if (have >= kMaxLeases)
+      fail(errc::too_many, "all " + std::to_string(kMaxLeases) + " lease slots are in use");
+    grow_leases(std::min(kMaxLeases, have + std::max<std::uint32_t>(64, have / 4)));
+  }
+  hdr->lease_hwm.store(slot + 1, std::memory_order_relaxed);
+  return slot;
+}
+
+std::uint32_t attachment::reserve_slots(std::uint32_t holder, std::uint32_t* out,
+                                        std::uint32_t want) {
+  std::uint32_t got = 0;
+  try {
+    for (; got < want; ++got) {
+      const std::uint32_t slot = take_free_slot();
+      lease_slot& l = leases[slot];
+      l.holder.store(holder, std::memory_order_relaxed);
+      l.state.store(slot_state(state_gen(l.state.load()), kSlotReserved),
+                    std::memory_order_release);
+      out[got] = slot;
+    }
+  } catch (const SegmentError&) {
+    // A full table or disk only costs this thread its fast path for now.
+  }
+  return got;
+}
+
+void attachment::unreserve_slots(const std::uint32_t* slots, std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint64_t st = leases[slots[i]].state.load(std::memory_order_acquire);
+    if (state_kind(st) == kSlotReserved) free_slot(slots[i], state_gen(st));
+  }
+}
+
+std::uint32_t attachment::claim_thread_record(std::uint32_t holder) {
+  std::uint32_t n = thread_count();
+  std::uint32_t i = 0;
+  while (i < n && threads[i].state.load(std::memory_order_relaxed) != kThreadFree) ++i;
+  if (i == n) {
+    if (n >= kMaxThreads) return kNoSelf;
+    try {
+      grow_table(hdr->thread_slots, threads, kThreadsOffset, kMaxThreads, "thread records");
+    } catch (const SegmentError&) {
+      return kNoSelf;
+    }
+  }
+  threads[i].holder.store(holder, std::memory_order_relaxed);
+  threads[i].state.store(kThreadClaimed, std::memory_order_release);
+  add(holders[holder].threads, 1);
+  return i;
+}
+
+void attachment::free_thread_record(std::uint32_t i) {
+  if (i >= thread_count() || threads[i].state.load() != kThreadClaimed) return;
+  const std::uint32_t h = threads[i].holder.load(std::memory_order_relaxed);
+  threads[i].state.store(kThreadFree, std::memory_order_release);
+  if (h < hdr->holder_slots.load() && holders[h].threads.load() > 0) add(holders[h].threads, -1);
+}
+
+std::uint64_t attachment::take_ids(std::uint64_t n) {
+  const std::uint64_t first = hdr->next_permit_id;
+  hdr->next_permit_id += n;
+  return first;
 }
 
 void attachment::free_slot(std::uint32_t slot, std::uint64_t gen) {

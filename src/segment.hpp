@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,15 +24,41 @@ namespace shmsem::detail {
 
 #ifdef SHMSEM_TESTING
 /// Test-only hooks, compiled into the test build of the library alone. A
-/// hook runs at the named point with the segment lock held (except
-/// `initializing`, where the init lock is held), so a test can kill its
-/// process exactly there. `mid_handoff`: a queued waiter's fate is decided
-/// (granted or rejected) but the waiter is not yet told.
+/// hook runs at the named point, so a test can kill (or stop) its process
+/// exactly there. With the segment lock held: `locked`, `mid_grant`,
+/// `mid_release`, `mid_handoff` (a queued waiter's fate is decided, granted
+/// or rejected, but the waiter is not yet told); with the init lock held:
+/// `initializing`. Without any lock, inside a lock-free operation:
+/// `fast_acquiring` (the slot says acquiring, the gate is not yet changed),
+/// `fast_admitted` (the gate has the seats, the slot is not yet held),
+/// `fast_releasing` (the slot says releasing, the gate still has the
+/// seats), `fast_released` (the gate has them back, the slot is not yet
+/// returned to the thread's cache).
 namespace testing {
-enum class point { locked, mid_grant, mid_release, initializing, mid_handoff };
+enum class point {
+  locked,
+  mid_grant,
+  mid_release,
+  initializing,
+  mid_handoff,
+  fast_acquiring,
+  fast_admitted,
+  fast_releasing,
+  fast_released,
+};
 using hook_fn = void (*)(point, std::string_view key);
 void set_hook(hook_fn fn);
+extern std::atomic<hook_fn> current_hook;
 }  // namespace testing
+#define SHMSEM_HOOK(p)                                                                        \
+  do {                                                                                        \
+    if (auto hook_ = ::shmsem::detail::testing::current_hook.load(std::memory_order_relaxed)) \
+      hook_(::shmsem::detail::testing::point::p, key);                                        \
+  } while (0)
+#else
+#define SHMSEM_HOOK(p) \
+  do {                 \
+  } while (0)
 #endif
 
 inline constexpr std::uint32_t kNoSelf = UINT32_MAX;
@@ -52,6 +79,8 @@ struct lease_stats {
 };
 lease_stats sum_lease_stats(const layout::segment_header* h, const layout::thread_record* t,
                             std::uint32_t n);
+
+struct thread_entry;
 
 /// Waiters to wake once the lock is dropped (waking under the lock would
 /// make them block on it straight away).
@@ -98,11 +127,19 @@ struct attachment {
   layout::lease_slot* leases = nullptr;
   std::uint64_t pid_ns = 0;
 
-  // Process-local state guarded by the segment lock.
-  std::atomic<std::uint32_t> self{kNoSelf};  // our holder record, claimed lazily
-  std::int64_t live_permits = 0;             // Permit objects pointing here
-  std::int64_t handles = 0;                  // Semaphore handles pointing here
-  bool dying = false;                        // refs hit 0: being unmapped
+  // Process-local state.
+  std::atomic<std::uint32_t> self{kNoSelf};  // our holder record, claimed lazily (segment lock)
+  // Under the registry mutex:
+  std::uint64_t serial = 0;            // unique among this process's attachments, never reused
+  std::int64_t handles = 0;            // Semaphore handles pointing here
+  bool dying = false;                  // no handle, no permit: being unmapped
+  bool sticky = false;                 // inherited across fork(): kept mapped until exit
+  std::vector<thread_entry*> entries;  // the threads' fast-path entries for this attachment
+  // Pins of Permits whose thread has no entry (or dropped it), and releases
+  // in progress by threads that have none.
+  std::atomic<std::int64_t> retired_pins{0};
+  std::atomic<std::int64_t> releasing{0};
+  std::atomic<bool> closing{false};  // no handle left: the release of the last pin detaches
 
   // --- lifecycle (process-local registry; many handles share one attachment)
   /// Attaches to `key`, creating the segment with `permits` seats when
@@ -112,13 +149,15 @@ struct attachment {
                                     std::chrono::milliseconds open_timeout);
   /// Drops one handle; unmaps when no handle and no permit remain.
   static void release_handle(attachment* a) noexcept;
-  /// Drops one permit reference [locked]; returns true if the caller must
-  /// call finish_detach() after unlocking.
-  bool drop_permit_locked() noexcept;
+  /// The mutex over every attachment's lifecycle fields (and the registry).
+  static std::unique_lock<std::mutex> registry_lock();
+  /// [registry] True if `a` (with `serial`) is still attached in this process.
+  static bool is_registered(const attachment* a, std::uint64_t serial);
+  /// [registry] Unregisters `a` and returns true if nothing can touch its
+  /// mapping any more: no handle, no pin, no release in flight; the caller
+  /// must then call finish_detach() (without the registry mutex).
+  static bool try_detach(attachment* a);
   static void finish_detach(attachment* a) noexcept;
-  /// [locked] Called when this process is done with the segment: frees what
-  /// it kept in reserve (lease slots, thread records) and its holder record.
-  void retire_self();
   /// Removes the segment if no live process is attached. Race-free against
   /// a concurrent attach.
   static bool remove_if_unused(std::string_view key);
@@ -150,6 +189,19 @@ struct attachment {
 
   // --- [locked] operations
   std::uint32_t ensure_self(wake_list& wakes);
+  /// Called when this process is done with the segment: frees what it kept
+  /// in reserve (lease slots, thread records) and its holder record.
+  void retire_self();
+  /// Claims a thread record for `holder`; kNoSelf if the table is full.
+  std::uint32_t claim_thread_record(std::uint32_t holder);
+  void free_thread_record(std::uint32_t index);
+  /// Reserves up to `want` free lease slots for `holder` (state reserved),
+  /// growing the table if needed; returns how many it wrote to `out`.
+  std::uint32_t reserve_slots(std::uint32_t holder, std::uint32_t* out, std::uint32_t want);
+  /// Returns reserved slots to the free list.
+  void unreserve_slots(const std::uint32_t* slots, std::uint32_t n);
+  /// Hands out a block of `n` permit ids; returns the first.
+  std::uint64_t take_ids(std::uint64_t n);
   bool holder_alive(std::uint32_t holder) const;
   /// Gives `weight` admitted seats (admit() took them) a lease slot of
   /// `holder`; returns the slot, and its id and generation. For a queued
@@ -207,6 +259,9 @@ struct attachment {
   void reap_holder(std::uint32_t holder, std::int64_t now_ns, wake_list& wakes);
   /// [locked] Puts `slot` on the free list.
   void free_slot(std::uint32_t slot, std::uint64_t gen);
+  /// [locked] Takes a slot off the free list (or a new one), growing the
+  /// table when every slot is a lease or reserved. Throws SegmentError.
+  std::uint32_t take_free_slot();
 };
 
 /// The clock value stored in leases (CLOCK_MONOTONIC_COARSE).
@@ -216,6 +271,27 @@ inline std::int64_t lease_clock() {
 
 /// Builds a SegmentError naming `path` from an errno.
 [[noreturn]] void throw_segment_errno(const std::string& path, const std::string& what, int err);
+
+/// The bucket bounds of Histogram in nanoseconds, so the hot path compares
+/// integers. (A function, not an immediately invoked lambda: cppcheck 2.10
+/// cannot parse that.)
+constexpr std::array<std::int64_t, Histogram::kBounds.size()> histogram_bounds_ns() {
+  std::array<std::int64_t, Histogram::kBounds.size()> out{};
+  // Positive constants: +0.5 then truncation rounds to nearest, and
+  // std::llround is not constexpr.
+  for (std::size_t i = 0; i < out.size(); ++i)
+    // NOLINTNEXTLINE(bugprone-incorrect-roundings)
+    out[i] = static_cast<std::int64_t>(Histogram::kBounds[i] * 1e9 + 0.5);
+  return out;
+}
+inline constexpr auto kHistogramBoundsNs = histogram_bounds_ns();
+
+/// The bucket of Histogram that a duration of `ns` (>= 0) falls in.
+inline std::size_t histogram_bucket(std::int64_t ns) {
+  std::size_t b = 0;
+  while (b < kHistogramBoundsNs.size() && ns > kHistogramBoundsNs[b]) ++b;
+  return b;
+}
 
 void record_histogram(layout::shared_histogram& h, std::int64_t ns);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "fastpath.hpp"
 #include "handle.hpp"
 #include "key.hpp"
 #include "log.hpp"
@@ -122,6 +123,8 @@ struct acquisition {
 
 acquisition resolve(const handle& h, int n, const AcquireOptions& o) {
   acquisition a{n, 0, false};
+  if (!o.ttl && !h.opts.ttl) [[likely]]
+    return a;  // no TTL, so nothing to renew
   if (o.ttl) {
     detail::check_duration(*o.ttl, "TTL", false);
     a.ttl_ms = o.ttl->count();
@@ -267,14 +270,27 @@ std::string_view Semaphore::key() const noexcept {
 namespace detail {
 struct permit_access {
   static Permit make(handle& h, std::uint32_t slot, std::uint64_t gen, std::uint64_t id, int n,
-                     std::int64_t ttl_ms, bool renew, std::int64_t granted_ns);
+                     std::int64_t ttl_ms, bool renew, std::int64_t granted_ns, bool fast);
+  /// The permit of a lock-free grant (the observer told of it).
+  static Permit fast(handle& h, int n, std::int64_t ttl_ms, bool renew, const fast_grant& g) {
+    if (!h.opts.observer && !renew) [[likely]]
+      return Permit(h.att, g.slot, n, g.id, g.gen, true, ttl_ms, g.now_ns);
+    return observed_fast(h, n, ttl_ms, renew, g);
+  }
+  static Permit observed_fast(handle& h, int n, std::int64_t ttl_ms, bool renew,
+                              const fast_grant& g);
 };
 }  // namespace detail
 
 namespace {
 Permit make_permit(handle& h, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
-                   const acquisition& q, std::int64_t granted_ns) {
-  return detail::permit_access::make(h, slot, gen, id, q.n, q.ttl_ms, q.renew, granted_ns);
+                   const acquisition& q, std::int64_t granted_ns, bool fast = false) {
+  return detail::permit_access::make(h, slot, gen, id, q.n, q.ttl_ms, q.renew, granted_ns, fast);
+}
+
+bool shut_down(const handle& h) {
+  return h.shut.load(std::memory_order_relaxed) ||
+         detail::process_shut_down.load(std::memory_order_relaxed);
 }
 
 // [locked] Takes n seats now if they fit without passing anyone in the
@@ -293,7 +309,7 @@ Permit grant_now(handle& h, locked& lk, std::uint32_t self, const acquisition& q
   std::uint64_t id, gen;
   const std::uint32_t slot = a.grant(self, q.n, q.ttl_ms, now, id, gen);
   detail::record_histogram(a.hdr->stats.wait, 0);
-  ++a.live_permits;
+  detail::pin(a, +1);
   lk.unlock();
   Permit p = make_permit(h, slot, gen, id, q, now);
   if (h.opts.observer) {
@@ -306,15 +322,37 @@ Permit grant_now(handle& h, locked& lk, std::uint32_t self, const acquisition& q
 }
 }  // namespace
 
+namespace {
+Permit acquire_locked(handle& h, const AcquireOptions& opts, const acquisition& q,
+                      detail::thread_entry* entry);
+std::optional<Permit> try_acquire_locked(handle& h, const acquisition& q,
+                                         detail::thread_entry* entry);
+}  // namespace
+
 Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
-  detail::check_weight(n, "acquire()");
+  if (n < 1) detail::check_weight(n, "acquire()");
   handle& h = *h_;
   attachment& a = *h.att;
   const acquisition q = resolve(h, n, opts);
+  if (opts.wait_timeout) detail::check_duration(*opts.wait_timeout, "wait_timeout", true);
+  detail::thread_entry* entry = detail::local_entry(a);
+  detail::fast_grant fg;
+  if (entry && !shut_down(h) && detail::fast_acquire(a, *entry, n, q.ttl_ms, fg))
+    return detail::permit_access::fast(h, q.n, q.ttl_ms, q.renew, fg);
+  return acquire_locked(h, opts, q, entry);
+}
+
+namespace {
+// acquire() when the fast path said no: the locked path, which may queue.
+// Kept out of line so that the fast path stays a short function.
+[[gnu::noinline]] Permit acquire_locked(handle& h, const AcquireOptions& opts, const acquisition& q,
+                                        detail::thread_entry* entry) {
+  attachment& a = *h.att;
+  const int n = q.n;
+  const bool shut = shut_down(h);
   std::int64_t deadline = sys::kNever;
   std::int64_t started = 0;
   if (opts.wait_timeout) {
-    detail::check_duration(*opts.wait_timeout, "wait_timeout", true);
     started = sys::precise_now_ns();
     deadline = started + std::chrono::nanoseconds(*opts.wait_timeout).count();
   }
@@ -354,14 +392,16 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
     }
     return acquisition_error(a, r, n, "");
   };
-  if (h.shut.load(std::memory_order_relaxed) ||
-      detail::process_shut_down.load(std::memory_order_relaxed))
-    throw fail(Reason::shutdown, 0, 0, false);
+  if (shut) throw fail(Reason::shutdown, 0, 0, false);
 
+  // This thread's entry, filled under the lock below, makes its next
+  // acquire lock-free.
+  if (!entry) entry = detail::prepare_entry(a);
   std::uint32_t w;
   {
     locked lk(a, deadline);
     if (!lk.owns()) throw fail(Reason::timeout, 0, 0, false);
+    if (entry) detail::fill_entry(a, *entry, lk.wakes);
     const std::uint32_t self = a.ensure_self(lk.wakes);
     if (n > a.capacity()) {
       lk.unlock();
@@ -456,7 +496,7 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
       if (granted || reason == Reason::timeout) {
         // A grant that arrived as the budget ran out is still a grant.
         granted = true;
-        ++a.live_permits;
+        detail::pin(a, +1);
       } else {
         // Cancelled or shut down: a seat won meanwhile goes back quietly.
         a.end_lease(lease, held, detail::layout::kLostReleased, detail::lease_clock(), lk.wakes);
@@ -492,11 +532,25 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
   return p;
 }
 
+}  // namespace
+
 std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) {
-  detail::check_weight(n, "try_acquire()");
+  if (n < 1) detail::check_weight(n, "try_acquire()");
   handle& h = *h_;
   attachment& a = *h.att;
   const acquisition q = resolve(h, n, opts);
+  detail::thread_entry* entry = detail::local_entry(a);
+  detail::fast_grant fg;
+  if (entry && !shut_down(h) && detail::fast_acquire(a, *entry, n, q.ttl_ms, fg))
+    return detail::permit_access::fast(h, q.n, q.ttl_ms, q.renew, fg);
+  return try_acquire_locked(h, q, entry);
+}
+
+namespace {
+[[gnu::noinline]] std::optional<Permit> try_acquire_locked(handle& h, const acquisition& q,
+                                                           detail::thread_entry* entry) {
+  attachment& a = *h.att;
+  const int n = q.n;
   auto failed = [&](Outcome outcome) -> std::optional<Permit> {
     a.hdr->stats.try_failures.fetch_add(1, std::memory_order_relaxed);
     if (h.opts.observer) {
@@ -506,10 +560,10 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
     }
     return std::nullopt;
   };
-  if (h.shut.load(std::memory_order_relaxed) ||
-      detail::process_shut_down.load(std::memory_order_relaxed))
-    return failed(Outcome::shutdown);
+  if (shut_down(h)) return failed(Outcome::shutdown);
+  if (!entry) entry = detail::prepare_entry(a);
   locked lk(a, sys::kNever);
+  if (entry) detail::fill_entry(a, *entry, lk.wakes);
   const std::uint32_t self = a.ensure_self(lk.wakes);
   const std::int64_t now = detail::lease_clock();
   if (n > a.capacity()) {
@@ -522,22 +576,29 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
   }
   return grant_now(h, lk, self, q, now);
 }
+}  // namespace
 
 namespace detail {
+Permit permit_access::observed_fast(handle& h, int n, std::int64_t ttl_ms, bool renew,
+                                    const fast_grant& g) {
+  Permit p = make(h, g.slot, g.gen, g.id, n, ttl_ms, renew, g.now_ns, true);
+  if (h.opts.observer) {
+    attachment& a = *h.att;
+    AcquireEvent e{
+        a.key, a.capacity(), n, a.used(), g.id, 0, std::chrono::nanoseconds(0), Outcome::acquired,
+        false};
+    detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
+  }
+  return p;
+}
+
 Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
-                           int n, std::int64_t ttl_ms, bool renew, std::int64_t granted_ns) {
-  Permit p;
-  p.att_ = h.att;
-  p.slot_ = slot;
-  p.gen_ = gen;
-  p.weight_ = n;
-  p.id_ = id;
-  p.ttl_ms_ = ttl_ms;
-  p.expires_ns_ = ttl_ms > 0 ? granted_ns + ttl_ms * 1'000'000 : 0;
-  p.acquired_at_ = Permit::clock::time_point(std::chrono::nanoseconds(granted_ns));
-  p.handle_id_ = h.id;
-  if (h.opts.observer) p.observer_ = h.opts.observer;
-  if (renew) {
+                           int n, std::int64_t ttl_ms, bool renew, std::int64_t granted_ns,
+                           bool fast) {
+  Permit p(h.att, slot, n, id, gen, fast, ttl_ms, granted_ns);
+  if (h.opts.observer) [[unlikely]]
+    p.observer_ = h.opts.observer;
+  if (renew) [[unlikely]] {
     auto r = std::make_shared<detail::renewal>();
     r->att = h.att;
     r->slot = slot;

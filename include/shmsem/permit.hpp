@@ -86,17 +86,30 @@ class SHMSEM_API Permit {
   friend class Semaphore;
   friend struct detail::attachment;
   friend struct detail::permit_access;
+  Permit(detail::attachment* a, std::uint32_t slot, int weight, std::uint64_t id, std::uint64_t gen,
+         bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept
+      : att_(a),
+        slot_(slot),
+        weight_(weight),
+        id_(id),
+        gen_(gen),
+        fast_(fast),
+        ttl_ms_(ttl_ms),
+        expires_ns_(ttl_ms > 0 ? granted_ns + ttl_ms * 1'000'000 : 0),
+        acquired_at_(clock::time_point(std::chrono::nanoseconds(granted_ns))) {}
   void release_quietly() noexcept;
+  /// release() for every case the lock-free release cannot take.
+  void release_slowly();
 
   detail::attachment* att_ = nullptr;
   std::uint32_t slot_ = 0;
   int weight_ = 0;
   std::uint64_t id_ = 0;
   std::uint64_t gen_ = 0;        // the lease's generation in its slot
+  bool fast_ = false;            // granted without the lock: given back without it too
   std::int64_t ttl_ms_ = 0;      // 0: no expiry
   std::int64_t expires_ns_ = 0;  // 0: no expiry
   clock::time_point acquired_at_{};
-  std::uint64_t handle_id_ = 0;
   std::shared_ptr<detail::renewal> renewal_;  // set only for auto-renewing permits
   std::shared_ptr<Observer> observer_;        // empty unless the handle has one
 };

@@ -48,6 +48,36 @@ TEST(Fleet, ConcurrentCreatorsAgreeOnOneSegment) {
   EXPECT_EQ(Semaphore::attach(k).used(), 0);
 }
 
+// A process that attaches while another grows the lease table (set_capacity,
+// or the fast path's slot reservations) reads the file size and then the
+// table's length: the length may be newer than the size, and must not be
+// taken for a truncated file.
+TEST(Fleet, AttachWhileTheLeaseTableGrowsIsNotTakenForTruncation) {
+  unique_key k;
+  { auto s = Semaphore::open(k, 1); }  // no handle kept: every attach below maps afresh
+  void* page = ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  auto* done = new (page) std::atomic<int>(0);
+  pipe_channel started;
+  child_process grower([&] {
+    auto g = Semaphore::attach(k);
+    started.send();
+    for (int cap = 2; cap <= 200'000; cap += 7) g.set_capacity(cap);
+    done->store(1);
+    return 0;
+  });
+  ASSERT_EQ(started.receive(), '.');
+  int attaches = 0;
+  while (done->load() == 0) {
+    auto a = Semaphore::attach(k);  // SegmentError (truncated) on a misread
+    ++attaches;
+  }
+  EXPECT_EQ(grower.wait(), 0);
+  EXPECT_GT(attaches, 0);
+  ::munmap(page, sizeof(std::atomic<int>));
+}
+
 TEST(Fleet, ChildDoesNotOwnItsParentsPermits) {
   unique_key k;
   auto s = Semaphore::open(k, 2);

@@ -21,25 +21,25 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(segment_header, ewma_base_ns), 32u);
   EXPECT_EQ(offsetof(segment_header, key), 40u);
   EXPECT_EQ(offsetof(segment_header, mutex), 320u);
-  EXPECT_EQ(offsetof(segment_header, gate), 384u);
-  EXPECT_EQ(offsetof(segment_header, earliest_expiry_ns), 392u);
-  EXPECT_EQ(offsetof(segment_header, idle_waiters), 400u);
-  EXPECT_EQ(offsetof(segment_header, waiters), 448u);
-  EXPECT_EQ(offsetof(segment_header, holder_slots), 452u);
-  EXPECT_EQ(offsetof(segment_header, waiter_slots), 456u);
-  EXPECT_EQ(offsetof(segment_header, thread_slots), 460u);
-  EXPECT_EQ(offsetof(segment_header, lease_slots), 464u);
-  EXPECT_EQ(offsetof(segment_header, lease_hwm), 468u);
-  EXPECT_EQ(offsetof(segment_header, ewma), 472u);
-  EXPECT_EQ(offsetof(segment_header, idle_seq), 480u);
-  EXPECT_EQ(offsetof(segment_header, free_lease), 484u);
-  EXPECT_EQ(offsetof(segment_header, queue_head), 488u);
-  EXPECT_EQ(offsetof(segment_header, queue_tail), 492u);
-  EXPECT_EQ(offsetof(segment_header, next_permit_id), 504u);
-  EXPECT_EQ(offsetof(segment_header, next_ticket), 512u);
-  EXPECT_EQ(offsetof(segment_header, resettle_due_ns), 520u);
-  EXPECT_EQ(offsetof(segment_header, resettle_backoff_ns), 528u);
-  EXPECT_EQ(offsetof(segment_header, stats), 576u);
+  EXPECT_EQ(offsetof(segment_header, gate), 4032u);
+  EXPECT_EQ(offsetof(segment_header, earliest_expiry_ns), 4040u);
+  EXPECT_EQ(offsetof(segment_header, idle_waiters), 4048u);
+  EXPECT_EQ(offsetof(segment_header, waiters), 384u);
+  EXPECT_EQ(offsetof(segment_header, holder_slots), 388u);
+  EXPECT_EQ(offsetof(segment_header, waiter_slots), 392u);
+  EXPECT_EQ(offsetof(segment_header, thread_slots), 396u);
+  EXPECT_EQ(offsetof(segment_header, lease_slots), 400u);
+  EXPECT_EQ(offsetof(segment_header, lease_hwm), 404u);
+  EXPECT_EQ(offsetof(segment_header, ewma), 408u);
+  EXPECT_EQ(offsetof(segment_header, idle_seq), 416u);
+  EXPECT_EQ(offsetof(segment_header, free_lease), 420u);
+  EXPECT_EQ(offsetof(segment_header, queue_head), 424u);
+  EXPECT_EQ(offsetof(segment_header, queue_tail), 428u);
+  EXPECT_EQ(offsetof(segment_header, next_permit_id), 440u);
+  EXPECT_EQ(offsetof(segment_header, next_ticket), 448u);
+  EXPECT_EQ(offsetof(segment_header, resettle_due_ns), 456u);
+  EXPECT_EQ(offsetof(segment_header, resettle_backoff_ns), 464u);
+  EXPECT_EQ(offsetof(segment_header, stats), 512u);
 
   EXPECT_EQ(offsetof(holder_record, state), 0u);
   EXPECT_EQ(offsetof(holder_record, generation), 4u);
@@ -84,8 +84,11 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
 TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kHoldersOffset, 4096u);
   EXPECT_EQ(kWaitersOffset, 4096u + 64u * 4096u);
-  EXPECT_EQ(kThreadsOffset, 4096u + 64u * 4096u + 64u * 16384u);
-  EXPECT_EQ(kLeasesOffset, 4096u + 64u * 4096u + 64u * 16384u + 128u * 4096u);
+  // Half a page off, and then back on a page boundary: see kThreadsOffset.
+  EXPECT_EQ(kThreadsOffset, 4096u + 64u * 4096u + 64u * 16384u + 2048u);
+  EXPECT_EQ(kLeasesOffset, 4096u + 64u * 4096u + 64u * 16384u + 128u * 4096u + 4096u);
+  EXPECT_EQ(kThreadsOffset % 4096u, 2048u);
+  EXPECT_EQ(kLeasesOffset % 4096u, 0u);
   EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
   EXPECT_EQ(kLayoutVersion, 2u);
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
