@@ -604,7 +604,7 @@ void attachment::repair() {
   hdr->waiters.store(static_cast<std::int32_t>(queued.size()));
   set_gate_flags(queued.empty() ? 0 : kGateQueued, queued.empty() ? kGateQueued : 0);
   // The dead holder may have been halfway through a change of the gate.
-  if (!resettle(sys::coarse_now_ns()))
+  if (resettle(sys::coarse_now_ns()) < 0)
     log().warn(
         "semaphore '{}': the seats in use could not be recounted yet (a live thread is stopped "
         "inside an acquire or release); seats may stay taken until it continues",
@@ -612,7 +612,7 @@ void attachment::repair() {
   wake(told);  // under the lock: the repairing caller has no place to defer it to
 }
 
-bool attachment::resettle(std::int64_t now) {
+int attachment::resettle(std::int64_t now) {
   const std::uint32_t hwm = std::min(hdr->lease_hwm.load(), hdr->lease_slots.load());
   set_gate_flags(kGateFrozen, 0);
   // From here no lock-free CAS of the gate succeeds. A live thread caught
@@ -642,7 +642,7 @@ bool attachment::resettle(std::int64_t now) {
             hdr->resettle_backoff_ns * 2, kResettleRetryMinNs, kResettleRetryMaxNs);
         hdr->resettle_backoff_ns = backoff;
         hdr->resettle_due_ns.store(std::max<std::int64_t>(now + backoff, 1));
-        return false;
+        return -1;
       }
       sys::yield();
     }
@@ -658,6 +658,7 @@ bool attachment::resettle(std::int64_t now) {
   std::uint64_t live = 0;
   std::int64_t earliest = INT64_MAX;
   std::vector<std::pair<lost_reason, std::int32_t>> ending;
+  int settled = 0;
   for (std::uint32_t i = 0; i < hwm; ++i) {
     lease_slot& l = leases[i];
     const std::uint64_t st = l.state.load(std::memory_order_acquire);
@@ -670,6 +671,7 @@ bool attachment::resettle(std::int64_t now) {
       if (exp != kNoExpiry) earliest = std::min(earliest, exp);
     } else if ((k == kSlotAcquiring || k == kSlotReleasing) && !is_alive(l.holder.load())) {
       free_slot(i, gen);
+      ++settled;
     } else if (k == kSlotEnding) {
       ending.emplace_back(state_reason(st), l.weight.load());
       l.state.store(slot_state(gen, kSlotFree), std::memory_order_release);
@@ -684,7 +686,14 @@ bool attachment::resettle(std::int64_t now) {
   settle_stats(hdr, sum_lease_stats(hdr, threads, thread_count()), live, ending);
   hdr->resettle_due_ns.store(0);
   hdr->resettle_backoff_ns = 0;
-  return true;
+  if (settled > 0) {
+    add(hdr->stats.recoveries, settled);
+    log().warn(
+        "semaphore '{}': {} process{} died halfway through an acquire or release; the seats in "
+        "use were recounted from the lease table",
+        key, settled, settled == 1 ? "" : "es");
+  }
+  return settled;
 }
 
 // ---------------------------------------------------------------------------
@@ -817,13 +826,8 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
     // Killed halfway through a lock-free acquire or release: only a count
     // of every held slot can tell the gate's truth. Until one succeeds, keep
     // the record (and its token byte) so that the next reap tries again.
-    if (recounted || !resettle(now)) return;
+    if (recounted || resettle(now) < 0) return;
     recounted = true;
-    add(hdr->stats.recoveries, 1);
-    log().warn(
-        "semaphore '{}': a process died halfway through an acquire or release; the seats in use "
-        "were recounted from the lease table",
-        key);
   }
   const std::uint32_t nt = thread_count();
   for (std::uint32_t t = 0; t < nt; ++t)
@@ -1149,10 +1153,7 @@ int attachment::reap(std::int64_t now, wake_list& wakes, bool force_scan) {
   const std::int32_t before = used();
   const std::uint32_t hwm = hdr->lease_hwm.load(std::memory_order_relaxed);
   const std::int64_t due = hdr->resettle_due_ns.load(std::memory_order_relaxed);
-  if (due != 0 && due <= now && resettle(now)) {
-    add(hdr->stats.recoveries, 1);
-    log().warn("semaphore '{}': the seats in use were recounted from the lease table", key);
-  }
+  if (due != 0 && due <= now) resettle(now);
   if (force_scan || hdr->earliest_expiry_ns.load(std::memory_order_relaxed) <= now) {
     // Frozen while the bound is rebuilt: a lock-free acquire that took its
     // seats before the freeze shows its expiry in its slot (acquiring or

@@ -249,9 +249,11 @@ struct attachment {
   /// [locked] Recomputes the seats in use from the held lease slots. The
   /// gate is frozen meanwhile, so no lock-free operation lands during the
   /// count; it first waits for the live threads' operations already in
-  /// flight. False (nothing changed) if one of them does not finish in
-  /// time: a stopped thread; resettle_due_ns schedules a retry.
-  bool resettle(std::int64_t now_ns);
+  /// flight. Returns how many dead processes' operations in flight it
+  /// settled (each is counted in stats.recoveries), or -1 (nothing changed)
+  /// if a live thread's operation did not finish in time (a stopped
+  /// thread): resettle_due_ns then schedules a retry.
+  int resettle(std::int64_t now_ns);
   /// [locked] Doubles a fixed-offset table (up to `max` entries).
   template <class Slot>
   void grow_table(std::atomic<std::uint32_t>& count, Slot* table, std::size_t offset,

@@ -43,9 +43,11 @@ struct Stats {
   std::uint64_t expired = 0;          ///< leases reclaimed after their TTL ran out
   std::uint64_t force_released = 0;   ///< live leases displaced by force_release_all
   std::uint64_t reclaimed_seats = 0;  ///< seats freed by reaping, expiry and force release
-  std::uint64_t recoveries = 0;       ///< repairs after a process died holding the segment lock
-  Histogram wait;                     ///< time from call to grant, for granted leases
-  Histogram hold;                     ///< time from grant to release, for released leases
+  /// repairs after a process died holding the segment lock, or halfway
+  /// through a lock-free acquire or release (one per such death)
+  std::uint64_t recoveries = 0;
+  Histogram wait;  ///< time from call to grant, for granted leases
+  Histogram hold;  ///< time from grant to release, for released leases
 };
 
 /// Whether a lease's holder still counts.

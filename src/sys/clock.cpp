@@ -10,7 +10,7 @@ namespace {
 // shared object "linux-vdso.so.1"; RTLD_NOLOAD only finds it, never loads
 // a file. Under valgrind, or on a kernel without a vDSO, the lookup fails
 // and glibc's function stays in place.
-clock_gettime_fn find_vdso_clock_gettime() {
+clock_gettime_fn find_vdso_clock_gettime() noexcept {
   void* vdso = ::dlopen("linux-vdso.so.1", RTLD_LAZY | RTLD_NOLOAD);
   if (!vdso) return &::clock_gettime;
 #if defined(__x86_64__)

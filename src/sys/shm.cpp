@@ -171,12 +171,10 @@ int shm_read_prefix(const std::string& name, void* buf, std::size_t n, std::size
   } else {
     // The header first, then the size: a table grows the file before it
     // publishes its new length, so a size read after the header covers it.
-    ssize_t r = ::pread(fd, buf, n, 0);
-    if (r < 0)
+    const ssize_t r = ::pread(fd, buf, n, 0);
+    if (r < 0 || ::fstat(fd, &st) != 0) {
       err = errno;
-    else if (::fstat(fd, &st) != 0)
-      err = errno;
-    else {
+    } else {
       got = static_cast<std::size_t>(r);
       size = static_cast<std::uint64_t>(st.st_size);
     }

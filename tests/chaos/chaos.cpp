@@ -1,8 +1,9 @@
 // chaos.cpp: the chaos harness. P worker processes x T threads hammer one
 // semaphore (acquire, try_acquire, timeouts, TTL leases, extend, auto-renew)
 // while a controller SIGKILLs random workers at random moments, some of them
-// exactly inside the segment's critical section (through the test hooks),
-// and starts replacements. An independent witness, kept in a shared page the
+// exactly inside the segment's critical section or halfway through a
+// lock-free acquire or release (through the test hooks), and starts
+// replacements. An independent witness, kept in a shared page the
 // library never sees, records every hold and checks the bound.
 //
 // The witness. Each worker thread owns one record in the page: the permit
@@ -253,9 +254,12 @@ void worker_thread(const config& cfg, shmsem::Semaphore& sem, thread_slot& t, st
 
 // --- the controller ------------------------------------------------------------------
 
+constexpr std::size_t kPointCount = static_cast<std::size_t>(point::fast_released) + 1;
+
 struct totals {
   long kills = 0, cs_kills = 0, crashes = 0, hangs = 0, over_admissions = 0, held_twice = 0;
-  long snapshots = 0, unstable = 0, lapsed_in_snapshot = 0, used_over_cap = 0;
+  long kills_at[kPointCount] = {};  // inside-the-operation kills, by hook point
+  long snapshots = 0, unstable = 0, lapsed_in_snapshot = 0, used_over_cap = 0, undercounts = 0;
   int max_concurrent = 0;
 };
 
@@ -289,7 +293,11 @@ pid_t spawn(const config& cfg, int index, std::uint64_t seed) {
 }
 
 // One consistent snapshot of the records; false if writers kept moving.
-bool snapshot(const config& cfg, totals& t) {
+// It also reads the library's count of seats in use within the same
+// window: if no record moved, every seat they add up to was held when it
+// was read, so a smaller count is an undercount (the gate would admit more
+// than the bound).
+bool snapshot(const config& cfg, totals& t, const shmsem::Semaphore& sem) {
   std::uint32_t seq[kMaxWorkers][kMaxThreads];
   for (int attempt = 0; attempt < 50; ++attempt) {
     bool odd = false;
@@ -316,6 +324,8 @@ bool snapshot(const config& cfg, totals& t) {
         if (id != 0) held.push_back({id, r.seats.load(), r.expires_ns.load(), w, i});
       }
     }
+    const int used = sem.used();
+    const std::int64_t used_read = now_ns();
     bool stable = true;
     for (int w = 0; w < cfg.workers && stable; ++w) {
       if (doomed[w]) continue;
@@ -323,6 +333,13 @@ bool snapshot(const config& cfg, totals& t) {
         stable = W->workers[w].threads[i].rec.seq.load() == seq[w][i];
     }
     if (!stable) continue;
+    // Leases whose TTL may have run out by then may be reclaimed already.
+    int surely_held = 0;
+    for (const seen& s : held)
+      if (s.expires == 0 || s.expires > used_read) surely_held += s.seats;
+    if (used < surely_held && ++t.undercounts <= 5)
+      std::fprintf(stderr, "chaos: UNDERCOUNT: used() = %d while %d seats were held\n", used,
+                   surely_held);
     // A TTL lease counts as lapsed by the clock read after the scan: the
     // library reclaims it only once its (coarse, never ahead) clock passed
     // the expiry, so this never counts a seat the library may have re-granted.
@@ -392,7 +409,10 @@ int on_exit(const config& cfg, pid_t pid, int status, totals& t, bool stopping) 
   const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
   if (killed && ws.doomed.load()) {
     ++t.kills;
-    if (ws.died_at.load()) ++t.cs_kills;
+    if (const std::uint32_t at = ws.died_at.load()) {
+      ++t.cs_kills;
+      if (at - 1 < kPointCount) ++t.kills_at[at - 1];
+    }
   } else if (!(stopping && WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     ++t.crashes;
     if (WIFSIGNALED(status))
@@ -523,7 +543,7 @@ int main(int argc, char** argv) {
         if (w == pending_cs) pending_cs = -1;
         spawn(cfg, w, rng());
       }
-      snapshot(cfg, t);
+      snapshot(cfg, t, sem);
       if (sem.used() > cfg.bound && ++t.used_over_cap <= 5) {
         std::fprintf(stderr, "chaos: OVER-ADMISSION: used() = %d, capacity %d\n", sem.used(),
                      cfg.capacity);
@@ -543,12 +563,18 @@ int main(int argc, char** argv) {
         worker_slot& ws = W->workers[w];
         if (ws.pid.load() > 0 && !ws.doomed.load() && w != pending_cs) {
           if (pending_cs < 0 && static_cast<int>(rng() % 100) < cfg.cs_kill_percent) {
-            static constexpr point kPoints[] = {point::locked, point::mid_grant, point::mid_release,
-                                                point::mid_handoff};
+            // Inside the segment lock, or halfway through a lock-free
+            // acquire or release (no lock held there, so no EOWNERDEAD).
+            static constexpr point kPoints[] = {point::locked,         point::mid_grant,
+                                                point::mid_release,    point::mid_handoff,
+                                                point::fast_acquiring, point::fast_admitted,
+                                                point::fast_releasing, point::fast_released};
             ws.die_request.store(static_cast<std::uint32_t>(kPoints[rng() % std::size(kPoints)]) +
                                  1);
             pending_cs = w;
-            pending_deadline = now + 2'000'000'000;
+            // Some points are rare under contention (a lock-free grant when
+            // waiters queue): give up soon, and kill the worker anyway.
+            pending_deadline = now + 500'000'000;
           } else {
             ws.doomed.store(1);
             ::kill(ws.pid.load(), SIGKILL);
@@ -627,18 +653,27 @@ int main(int argc, char** argv) {
     std::printf("chaos: ops=%" PRIu64 " acquired=%" PRIu64
                 " kills=%ld kills_in_critical_section=%ld "
                 "recoveries=%" PRIu64 " reaped=%" PRIu64 " expired=%" PRIu64 " ttl_lapsed=%" PRIu64
-                " max_concurrent=%d/%d leaked=%d hangs=%ld over_admissions=%ld held_twice=%ld "
+                " max_concurrent=%d/%d leaked=%d hangs=%ld over_admissions=%ld undercounts=%ld "
+                "held_twice=%ld "
                 "crashes=%ld unexpected_losses=%" PRIu64 " snapshots=%ld duration=%.1fs\n",
                 ops, st.acquired, t.kills, t.cs_kills, st.recoveries, st.reaped, st.expired, lapsed,
                 t.max_concurrent, cfg.capacity, leaked, t.hangs,
-                t.over_admissions + t.used_over_cap, t.held_twice, t.crashes, unexpected,
-                t.snapshots, elapsed);
+                t.over_admissions + t.used_over_cap, t.undercounts, t.held_twice, t.crashes,
+                unexpected, t.snapshots, elapsed);
     std::printf("chaos: detail: witness acquired=%" PRIu64 " released=%" PRIu64 " timeouts=%" PRIu64
                 " try_failures=%" PRIu64 " extends=%" PRIu64 " extend_lost=%" PRIu64
                 " lapsed_in_snapshots=%ld unstable_snapshots=%ld; stats released=%" PRIu64
                 " force_released=%" PRIu64 " timeouts=%" PRIu64 " seed=%" PRIu64 "\n",
                 acq, rel, timeouts, tryf, extends, extend_lost, t.lapsed_in_snapshot, t.unstable,
                 st.released, st.force_released, st.timeouts, cfg.seed);
+    static constexpr const char* kPointNames[kPointCount] = {
+        "locked",         "mid_grant",     "mid_release",    "initializing", "mid_handoff",
+        "fast_acquiring", "fast_admitted", "fast_releasing", "fast_released"};
+    std::printf("chaos: kills inside an operation, by point:");
+    for (std::size_t i = 0; i < kPointCount; ++i)
+      if (i != static_cast<std::size_t>(point::initializing))
+        std::printf(" %s=%ld", kPointNames[i], t.kills_at[i]);
+    std::printf("\n");
 
     auto fail = [&](const char* what) {
       std::fprintf(stderr, "chaos: FAILED: %s\n", what);
@@ -647,6 +682,7 @@ int main(int argc, char** argv) {
     if (leaked != 0) fail("seats leaked: used() or holders() not empty after reap");
     if (t.hangs) fail("a process stayed blocked past its budget");
     if (t.over_admissions || t.used_over_cap) fail("over-admission");
+    if (t.undercounts) fail("undercount: the library counted fewer seats than were held");
     if (t.held_twice) fail("a permit id was held twice");
     if (t.crashes) fail("a worker crashed");
     if (unexpected) fail("a lease without TTL was lost by a live holder, or an acquire failed");

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,43 @@ inline detail::layout::problem file_problem(const std::string& key) {
   if (got < 0) return detail::layout::problem::too_small;
   return detail::layout::validate(buf.data(), static_cast<std::uint64_t>(st.st_size), nullptr,
                                   key.data(), key.size());
+}
+
+/// True if `pid` is stopped (state T in /proc/<pid>/stat).
+inline bool is_stopped(pid_t pid) {
+  char state = 0;
+  if (FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r")) {
+    char buf[512] = {};
+    std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    // The command name may hold spaces and parentheses: the state follows the last ')'.
+    if (const char* rp = std::strrchr(buf, ')')) state = rp[2];
+  }
+  return state == 'T';
+}
+
+/// After a process died inside an operation and the survivor repaired: the
+/// survivor's one-seat lease `mine` is the only lease, the stats add up, the
+/// file is sound, and every other seat of `capacity` can be taken and given
+/// back.
+inline ::testing::AssertionResult only_survivor_holds(Semaphore& sem, const Permit& mine,
+                                                      const std::string& key, int capacity) {
+  if (!mine.is_held()) return ::testing::AssertionFailure() << "the survivor lost its lease";
+  if (sem.used() != 1)
+    return ::testing::AssertionFailure() << "used() = " << sem.used() << ", not 1";
+  if (sem.waiters() != 0)
+    return ::testing::AssertionFailure() << "waiters() = " << sem.waiters() << ", not 0";
+  if (sem.holders().size() != 1)
+    return ::testing::AssertionFailure() << sem.holders().size() << " holders, not 1";
+  if (auto r = stats_add_up(sem); !r) return r;
+  if (file_problem(key) != detail::layout::problem::none)
+    return ::testing::AssertionFailure() << "the file is " << to_string(file_problem(key));
+  auto rest = sem.try_acquire(capacity - 1);
+  if (!rest) return ::testing::AssertionFailure() << "the free seats cannot be taken";
+  if (sem.used() != capacity)
+    return ::testing::AssertionFailure() << "used() = " << sem.used() << " with every seat taken";
+  rest->release();
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace shmsem::test

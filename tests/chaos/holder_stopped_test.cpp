@@ -96,16 +96,7 @@ TEST(HolderStopped, StoppedInsideTheLockStallsLockedCallsUntilContinued) {
     return 0;
   });
   // Wait until the child is stopped (inside the lock).
-  ASSERT_TRUE(test::eventually([&] {
-    char state = 0;
-    if (FILE* f = std::fopen(("/proc/" + std::to_string(child.pid()) + "/stat").c_str(), "r")) {
-      char buf[512] = {};
-      std::fread(buf, 1, sizeof buf - 1, f);
-      std::fclose(f);
-      if (const char* rp = std::strrchr(buf, ')')) state = rp[2];
-    }
-    return state == 'T';
-  }));
+  ASSERT_TRUE(test::eventually([&] { return test::is_stopped(child.pid()); }));
   // Locked calls time out instead of proceeding...
   try {
     sem.acquire(1, {.wait_timeout = 200ms});

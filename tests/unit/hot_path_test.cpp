@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "segment.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -58,6 +59,25 @@ TEST(HotPath, AcquireTryAcquireAndReleaseDoNotAllocate) {
   const long before = allocations.load();
   hot_loop(s, 1000);
   EXPECT_EQ(allocations.load() - before, 0);
+  EXPECT_EQ(s.used(), 0);
+}
+
+std::atomic<long> locks_taken{0};
+void count_locks(detail::testing::point p, std::string_view) {
+  if (p == detail::testing::point::locked) locks_taken.fetch_add(1);
+}
+
+TEST(HotPath, UncontendedAcquireTryAcquireAndReleaseTakeNoLock) {
+  test::unique_key k;
+  auto s = Semaphore::open(k, 8);
+  hot_loop(s, 10);  // the first round fills this thread's slot cache, under the lock
+  detail::testing::set_hook(count_locks);
+  hot_loop(s, 1000);
+  detail::testing::set_hook(nullptr);
+  // 3000 acquires. The thread's block of 1024 permit ids runs out about
+  // three times; each refill grants that one lease under the lock, and its
+  // release takes the lock too. Everything else is lock-free.
+  EXPECT_LE(locks_taken.load(), 2 * (3000 / 1024 + 2));
   EXPECT_EQ(s.used(), 0);
 }
 

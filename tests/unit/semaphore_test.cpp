@@ -161,6 +161,71 @@ TEST(Semaphore, PermitOutlivesItsSemaphoreHandle) {
   EXPECT_EQ(other.used(), 0);
 }
 
+// The first acquire of a thread takes the lock and fills its slot cache;
+// from the second on, an uncontended acquire is lock-free.
+Permit lock_free_permit(Semaphore& s) {
+  s.acquire().release();
+  return s.acquire();
+}
+
+TEST(Semaphore, LockFreePermitOutlivesItsHandleAndTheMappingGoesWithIt) {
+  unique_key k;
+  Permit p;
+  {
+    auto s = Semaphore::open(k, 1);
+    p = lock_free_permit(s);
+  }
+  EXPECT_TRUE(p.is_held());
+  // Still attached for the permit's sake: the segment is in use.
+  EXPECT_FALSE(Semaphore::remove_if_unused(k));
+  p.release();
+  // The last pin gone with no handle left: this process detached.
+  EXPECT_TRUE(Semaphore::remove_if_unused(k));
+}
+
+TEST(Semaphore, LastPermitAndLastHandleMayGoAtOnceOnTwoThreads) {
+  for (int round = 0; round < 200; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    unique_key k;
+    auto s = std::make_unique<Semaphore>(Semaphore::open(k, 2));
+    Permit p = lock_free_permit(*s);
+    std::atomic<int> ready{0};
+    auto meet = [&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+    };
+    std::thread releaser([&] {
+      meet();
+      p.release();
+    });
+    std::thread closer([&] {
+      meet();
+      s.reset();
+    });
+    releaser.join();
+    closer.join();
+    ASSERT_TRUE(Semaphore::remove_if_unused(k)) << "the mapping outlived both";
+  }
+}
+
+TEST(Semaphore, LockFreePermitReleasedOnAnotherThreadReturnsItsSeat) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  Permit p = lock_free_permit(s);
+  std::thread([&] {
+    p.release();
+    // The releasing thread can use the seat at once, lock-free or not.
+    auto q = s.try_acquire();
+    EXPECT_TRUE(q.has_value());
+  }).join();
+  EXPECT_EQ(s.used(), 0);
+  const Stats st = s.stats();
+  EXPECT_EQ(st.acquired, 3u);
+  EXPECT_EQ(st.released, 3u);
+  EXPECT_EQ(st.hold.count(), 3u);
+}
+
 TEST(Semaphore, PermitCanBeReleasedFromAnotherThread) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
