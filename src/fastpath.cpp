@@ -59,17 +59,17 @@ void drop_entry(thread_entry& e) noexcept {
 }
 
 table_cleanup::~table_cleanup() {
-  std::vector<attachment*> detach;
-  {
-    auto g = attachment::registry_lock();
-    for (thread_entry& e : entry_table) {
-      attachment* a = e.att;
+  for (thread_entry& e : entry_table) {
+    bool detach = false;
+    attachment* a = e.att;
+    {
+      auto g = attachment::registry_lock();
       if (!a || !attachment::is_registered(a, e.serial)) continue;
       drop_entry(e);
-      if (attachment::try_detach(a)) detach.push_back(a);
+      detach = attachment::try_detach(a, g);
     }
+    if (detach) attachment::finish_detach(a);
   }
-  for (attachment* a : detach) attachment::finish_detach(a);
 }
 
 // The rare rest of a release: hand the seats to queued waiters, wake
@@ -275,7 +275,7 @@ void release_scope::detach_after_release(attachment* a, std::uint64_t serial) no
   bool detach = false;
   {
     auto g = attachment::registry_lock();
-    detach = attachment::is_registered(a, serial) && attachment::try_detach(a);
+    detach = attachment::is_registered(a, serial) && attachment::try_detach(a, g);
   }
   if (detach) attachment::finish_detach(a);
 }

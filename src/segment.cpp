@@ -415,9 +415,9 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
 void attachment::release_handle(attachment* a) noexcept {
   bool detach;
   {
-    std::lock_guard g(registry_mutex);
+    std::unique_lock g(registry_mutex);
     --a->handles;
-    detach = try_detach(a);
+    detach = try_detach(a, g);
   }
   if (detach) finish_detach(a);
 }
@@ -432,22 +432,30 @@ bool attachment::is_registered(const attachment* a, std::uint64_t serial) {
   return false;
 }
 
-bool attachment::try_detach(attachment* a) {
-  if (a->handles > 0 || a->dying || a->sticky) return false;
-  a->closing.store(true, std::memory_order_relaxed);
-  for (thread_entry* e : a->entries) e->closing.store(true, std::memory_order_relaxed);
-  // Meets the gate CAS of every release in flight (fastpath.cpp): either
-  // that release sees `closing` after its CAS and detaches when done, or
-  // its dropped pin and its busy flag are visible here.
-  a->hdr->gate.fetch_add(0, std::memory_order_acq_rel);
-  std::int64_t pins = a->retired_pins.load(std::memory_order_acquire);
-  for (const thread_entry* e : a->entries) pins += e->pins.load(std::memory_order_acquire);
-  if (pins > 0) return false;  // a Permit still exists; its release detaches
-  // No Permit is left, but a release may still be finishing its last
-  // stores to the mapping: a few instructions, or a lock wait.
-  for (const thread_entry* e : a->entries)
-    while (e->busy.load(std::memory_order_acquire)) sys::yield();
-  while (a->releasing.load(std::memory_order_acquire) > 0) sys::yield();
+bool attachment::try_detach(attachment* a, std::unique_lock<std::mutex>& lock) {
+  const std::uint64_t serial = a->serial;
+  for (;;) {
+    if (a->handles > 0 || a->dying || a->sticky) return false;
+    a->closing.store(true, std::memory_order_relaxed);
+    for (thread_entry* e : a->entries) e->closing.store(true, std::memory_order_relaxed);
+    // Meets the gate CAS of every release in flight (fastpath.cpp): either
+    // that release sees `closing` after its CAS and detaches when done, or
+    // its dropped pin and its busy flag are visible here.
+    a->hdr->gate.fetch_add(0, std::memory_order_acq_rel);
+    std::int64_t pins = a->retired_pins.load(std::memory_order_acquire);
+    for (const thread_entry* e : a->entries) pins += e->pins.load(std::memory_order_acquire);
+    if (pins > 0) return false;  // a Permit still exists; its release detaches
+    // No Permit is left, but a release may still be finishing its last
+    // stores to the mapping (a lock wait, an observer call): wait for it
+    // without the registry mutex, then look again from the start.
+    bool busy = a->releasing.load(std::memory_order_acquire) > 0;
+    for (const thread_entry* e : a->entries) busy |= e->busy.load(std::memory_order_acquire);
+    if (!busy) break;
+    lock.unlock();
+    sys::yield();
+    lock.lock();
+    if (!is_registered(a, serial)) return false;  // another thread detached it meanwhile
+  }
   a->dying = true;
   registry.erase(std::remove(registry.begin(), registry.end(), a), registry.end());
   return true;

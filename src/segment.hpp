@@ -153,10 +153,12 @@ struct attachment {
   static std::unique_lock<std::mutex> registry_lock();
   /// [registry] True if `a` (with `serial`) is still attached in this process.
   static bool is_registered(const attachment* a, std::uint64_t serial);
-  /// [registry] Unregisters `a` and returns true if nothing can touch its
-  /// mapping any more: no handle, no pin, no release in flight; the caller
-  /// must then call finish_detach() (without the registry mutex).
-  static bool try_detach(attachment* a);
+  /// [registry, held by `lock`] Unregisters `a` and returns true if nothing
+  /// can touch its mapping any more: no handle, no pin, no release in
+  /// flight; the caller must then call finish_detach() (without the
+  /// registry mutex). While it waits for a release to finish (whose
+  /// observer may open semaphores), it lets go of the registry mutex.
+  static bool try_detach(attachment* a, std::unique_lock<std::mutex>& lock);
   static void finish_detach(attachment* a) noexcept;
   /// Removes the segment if no live process is attached. Race-free against
   /// a concurrent attach.

@@ -209,6 +209,43 @@ TEST(Semaphore, LastPermitAndLastHandleMayGoAtOnceOnTwoThreads) {
   }
 }
 
+// An observer runs inside its release, while the mapping is kept for it.
+// One that opens a semaphore there must not deadlock with a thread that
+// drops the last handle at the same time and waits for that release.
+struct opening_observer : Observer {
+  std::string other;
+  std::atomic<bool>* closing = nullptr;
+  std::atomic<bool> armed{false};
+  std::atomic<bool> opened{false};
+  void on_release(const ReleaseEvent&) override {
+    if (!armed.load()) return;
+    while (!closing->load()) {
+    }
+    Semaphore::open(other, 1);  // takes the process's registry mutex
+    opened = true;
+  }
+};
+
+TEST(Semaphore, ReleaseObserverThatOpensASemaphoreDoesNotDeadlockWithTheLastHandle) {
+  unique_key k, other;
+  auto obs = std::make_shared<opening_observer>();
+  std::atomic<bool> closing{false};
+  obs->other = other.str();
+  obs->closing = &closing;
+  auto s = std::make_unique<Semaphore>(Semaphore::open(k, 1, {.observer = obs}));
+  Permit p = lock_free_permit(*s);
+  obs->armed = true;
+  auto released = std::async(std::launch::async, [&] { p.release(); });
+  auto closed = std::async(std::launch::async, [&] {
+    closing = true;
+    s.reset();
+  });
+  ASSERT_EQ(released.wait_for(30s), std::future_status::ready) << "the release deadlocked";
+  ASSERT_EQ(closed.wait_for(30s), std::future_status::ready) << "the handle's drop deadlocked";
+  EXPECT_TRUE(obs->opened.load());
+  EXPECT_TRUE(Semaphore::remove_if_unused(k));
+}
+
 TEST(Semaphore, LockFreePermitReleasedOnAnotherThreadReturnsItsSeat) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
