@@ -60,30 +60,10 @@ thread_entry* find_entry(const attachment& a) noexcept;
 /// find_entry() with the most recent entry checked inline.
 inline thread_entry* local_entry(const attachment& a) noexcept;
 
-/// Takes `n` seats without the lock if this thread's entry `e` for `a` has
-/// a reserved slot and an id, the gate is neither queued nor frozen and the
-/// seats fit. Never blocks, never allocates, makes no system call. False:
-/// nothing changed; take the locked path.
-bool fast_acquire(attachment& a, thread_entry& e, std::int32_t n, std::int64_t ttl_ms,
-                  fast_grant& out);
-
 enum class fast_release_result {
   released,  // done; `gate_before` is the gate the release replaced
   locked,    // nothing changed: end the lease on the locked path
 };
-
-/// `expires_ns` value for fast_release(): read the expiry from the slot.
-inline constexpr std::int64_t kReadExpiry = -1;
-
-/// Gives back the lease (`slot`, `gen`) of `n` seats granted by
-/// fast_acquire() to a thread of this process, whose entry is `e`.
-/// `expires_ns` is the lease's expiry (kNoExpiry: none; kReadExpiry: the
-/// slot's, which a renewal may have moved); an expired lease takes the
-/// locked path. Takes the lock only to hand the seats to queued waiters or
-/// to return surplus cached slots.
-fast_release_result fast_release(attachment& a, thread_entry& e, std::uint32_t slot,
-                                 std::uint64_t gen, std::int32_t n, std::int64_t acquired_ns,
-                                 std::int64_t expires_ns, std::uint64_t& gate_before);
 
 /// [locked, caller holds `a`'s segment lock] Gives this thread an entry
 /// for `a` with a record, a full cache of reserved slots and a block of
@@ -151,6 +131,125 @@ inline thread_entry* local_entry(const attachment& a) noexcept {
   if (m.att == &a && m.serial == a.serial) [[likely]]
     return &m;
   return find_entry(a);
+}
+
+/// `expires_ns` value for fast_release(): read the expiry from the slot.
+inline constexpr std::int64_t kReadExpiry = -1;
+
+/// The rare rest of a lock-free release (the slot still says releasing):
+/// hands the seats to queued waiters, wakes wait_idle() callers, or gives
+/// surplus cached slots back to the free list. `g` is the gate the release
+/// replaced.
+void after_release(attachment& a, thread_entry& e, layout::lease_slot& l, std::uint64_t gen,
+                   std::uint64_t g, std::int32_t n) noexcept;
+
+/// A counter of the calling thread's own record: a plain load and store.
+template <class T, class U>
+inline void fast_bump(std::atomic<T>& a, U v) {
+  a.store(a.load(std::memory_order_relaxed) + static_cast<T>(v), std::memory_order_relaxed);
+}
+
+/// Takes `n` seats without the lock if this thread's entry `entry` for `a`
+/// has a reserved slot and an id, the gate is neither queued nor frozen and
+/// the seats fit. Never blocks, never allocates, makes no system call.
+/// False: nothing changed; take the locked path. Inline: it is the hot path.
+[[gnu::always_inline]] inline bool fast_acquire(attachment& a, thread_entry& entry, std::int32_t n,
+                                                std::int64_t ttl_ms, fast_grant& out) {
+  using namespace layout;
+  thread_entry* e = &entry;
+  if (e->cached == 0 || e->next_id == e->end_id || !e->record) return false;
+  [[maybe_unused]] const std::string_view key = a.key;  // for the test hooks
+  const std::uint32_t slot = e->slots[e->cached - 1];
+  lease_slot& l = a.leases[slot];
+  // The slot is reserved for this thread: nobody else writes it.
+  const std::uint64_t gen = state_gen(l.state.load(std::memory_order_relaxed)) + 1;
+  const std::int64_t now = lease_clock();
+  const std::int64_t expires = ttl_ms > 0 ? now + ttl_ms * 1'000'000 : kNoExpiry;
+  l.weight.store(n, std::memory_order_relaxed);
+  l.acquired_ns.store(now, std::memory_order_relaxed);
+  l.expires_ns.store(expires, std::memory_order_relaxed);
+  l.id.store(e->next_id, std::memory_order_relaxed);
+  // The intent, before the gate: a repairer that freezes the gate after our
+  // CAS sees it (and waits for us), one that freezes before makes us fail.
+  l.state.store(slot_state(gen, kSlotAcquiring), std::memory_order_release);
+  SHMSEM_HOOK(fast_acquiring);
+  std::uint64_t g = a.hdr->gate.load(std::memory_order_relaxed);
+  do {
+    if ((g & kGateFlags) || !gate_fits(g, n)) {
+      // Queued waiters, a repair, or no room: the locked path decides.
+      l.state.store(slot_state(gen, kSlotReserved), std::memory_order_release);
+      return false;
+    }
+  } while (!a.hdr->gate.compare_exchange_weak(
+      g, g + static_cast<std::uint64_t>(n), std::memory_order_acq_rel, std::memory_order_relaxed));
+  SHMSEM_HOOK(fast_admitted);
+  // Counted before the slot says held, so that a repairer that finds the
+  // slot held (or this thread past it) finds the count too.
+  fast_bump(e->record->acquired, 1);
+  l.state.store(slot_state(gen, kSlotHeld), std::memory_order_release);
+  --e->cached;
+  out = fast_grant{slot, gen, e->next_id++, now};
+  e->pins.store(e->pins.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (expires != kNoExpiry && expires < a.hdr->earliest_expiry_ns.load(std::memory_order_relaxed))
+    a.lower_earliest_expiry(expires);
+  return true;
+}
+
+/// Gives back the lease (`slot`, `gen`) of `n` seats granted by
+/// fast_acquire() to a thread of this process, whose entry is `entry`.
+/// `expires_ns` is the lease's expiry (kNoExpiry: none; kReadExpiry: the
+/// slot's, which a renewal may have moved); an expired lease takes the
+/// locked path. Takes the lock only to hand the seats to queued waiters or
+/// to return surplus cached slots (after_release()).
+[[gnu::always_inline]] inline fast_release_result fast_release(
+    attachment& a, thread_entry& entry, std::uint32_t slot, std::uint64_t gen, std::int32_t n,
+    std::int64_t acquired_ns, std::int64_t expires_ns, std::uint64_t& gate_before) {
+  using namespace layout;
+  thread_entry* e = &entry;
+  if (!e->record || e->holder == kNoSelf) return fast_release_result::locked;
+  [[maybe_unused]] const std::string_view key = a.key;
+  lease_slot& l = a.leases[slot];
+  const std::int64_t now = lease_clock();
+  // An expired lease, or one of another process (a permit inherited across
+  // fork): the locked path tells why it is not held.
+  if (expires_ns == kReadExpiry) expires_ns = l.expires_ns.load(std::memory_order_relaxed);
+  if (expires_ns != kNoExpiry && expires_ns <= now) return fast_release_result::locked;
+  if (l.holder.load(std::memory_order_relaxed) != e->holder) return fast_release_result::locked;
+  // Dropped before the gate CAS, which is what a detacher's gate RMW meets.
+  e->pins.store(e->pins.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+  std::uint64_t held = slot_state(gen, kSlotHeld);
+  // The one CAS that decides who ends this lease: a lock holder reaping,
+  // expiring or force-releasing it races for the same word.
+  if (!l.state.compare_exchange_strong(held, slot_state(gen, kSlotReleasing),
+                                       std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    e->pins.store(e->pins.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return fast_release_result::locked;
+  }
+  SHMSEM_HOOK(fast_releasing);
+  std::uint64_t g = a.hdr->gate.load(std::memory_order_relaxed);
+  do {
+    if ((g & kGateFrozen) || gate_used(g) < n) {
+      // A repairer is counting: step back to held (nobody else writes a
+      // releasing slot) and let the locked path end the lease after it.
+      l.state.store(held, std::memory_order_release);
+      e->pins.store(e->pins.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return fast_release_result::locked;
+    }
+  } while (!a.hdr->gate.compare_exchange_weak(
+      g, g - static_cast<std::uint64_t>(n), std::memory_order_acq_rel, std::memory_order_relaxed));
+  SHMSEM_HOOK(fast_released);
+  gate_before = g;
+  // The hold sample, counted while the slot still says releasing (see
+  // fast_acquire).
+  const std::int64_t hold = now > acquired_ns ? now - acquired_ns : 0;
+  fast_bump(e->record->hold_counts[histogram_bucket(hold)], 1);
+  fast_bump(e->record->hold_sum_ns, hold);
+  if ((g & kGateQueued) || e->cached == kCachedSlots ||
+      (gate_used(g) == n && a.hdr->idle_waiters.load(std::memory_order_relaxed) > 0)) [[unlikely]]
+    after_release(a, *e, l, gen, g, n);
+  l.state.store(slot_state(gen, kSlotReserved), std::memory_order_release);
+  e->slots[e->cached++] = slot;
+  return fast_release_result::released;
 }
 
 }  // namespace shmsem::detail

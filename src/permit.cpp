@@ -51,10 +51,6 @@ Permit& Permit::operator=(Permit&& o) noexcept {
   return *this;
 }
 
-Permit::~Permit() {
-  release_quietly();
-}
-
 std::string_view Permit::key() const noexcept {
   return att_ ? std::string_view(att_->key) : std::string_view();
 }

@@ -39,7 +39,9 @@ class SHMSEM_API Permit {
 
   /// Releases the seats if still held. Never throws: a lost seat is logged
   /// as a warning instead.
-  ~Permit();
+  ~Permit() {
+    if (att_) release_quietly();
+  }
 
   /// The semaphore's key; empty for an empty permit.
   std::string_view key() const noexcept;
