@@ -364,6 +364,12 @@ std::string load_average() {
 std::string render_report(const Results& results, bool smoke, const std::string& load_at_start) {
   Table t(results);
   auto not_flock = [](int c) { return c != 4; };
+  t.shmsem_only_row("0. floor: 2 coarse clock reads (vDSO), ÷ sem_t", "BM_Floor/clocks", kNs,
+                    "BM_AcquireRelease/posix_sem");
+  t.shmsem_only_row("0. floor: 3 compare-and-swaps on 2 shared lines, ÷ sem_t", "BM_Floor/cas", kNs,
+                    "BM_AcquireRelease/posix_sem");
+  t.shmsem_only_row("0. floor: both in one loop, ÷ sem_t", "BM_Floor/clocks_and_cas", kNs,
+                    "BM_AcquireRelease/posix_sem");
   t.figure_row("1. acquire+release, 1 seat, no TTL", "BM_AcquireRelease", "", kNs);
   t.figure_row("1. acquire+release, 1 seat, TTL 60 s", "BM_AcquireRelease", "", kNs, "shmsem_ttl");
   t.figure_row("2. try_acquire+release", "BM_TryAcquireRelease", "", kNs);
