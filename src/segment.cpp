@@ -620,9 +620,25 @@ void attachment::repair() {
   wake(told);  // under the lock: the repairing caller has no place to defer it to
 }
 
+namespace {
+// Keeps the gate frozen for a scope: no lock-free CAS of it succeeds. The
+// flag goes whatever ends the scope; an exception that left it set would
+// send every acquire to the locked path for good.
+class gate_freeze {
+ public:
+  explicit gate_freeze(attachment& a) : a_(a) { a_.set_gate_flags(kGateFrozen, 0); }
+  ~gate_freeze() { a_.set_gate_flags(0, kGateFrozen); }
+  gate_freeze(const gate_freeze&) = delete;
+  gate_freeze& operator=(const gate_freeze&) = delete;
+
+ private:
+  attachment& a_;
+};
+}  // namespace
+
 int attachment::resettle(std::int64_t now) {
   const std::uint32_t hwm = std::min(hdr->lease_hwm.load(), hdr->lease_slots.load());
-  set_gate_flags(kGateFrozen, 0);
+  gate_freeze frozen(*this);
   // From here no lock-free CAS of the gate succeeds. A live thread caught
   // between its slot's intent (acquiring, releasing) and its gate CAS will
   // see its CAS fail and undo the intent; one past its CAS finishes within
@@ -645,7 +661,6 @@ int attachment::resettle(std::int64_t now) {
       const slot_kind k = state_kind(leases[i].state.load(std::memory_order_acquire));
       if (k != kSlotAcquiring && k != kSlotReleasing) break;
       if (sys::precise_now_ns() > give_up) {
-        set_gate_flags(0, kGateFrozen);
         const std::int64_t backoff = std::clamp<std::int64_t>(
             hdr->resettle_backoff_ns * 2, kResettleRetryMinNs, kResettleRetryMaxNs);
         hdr->resettle_backoff_ns = backoff;
@@ -1168,22 +1183,27 @@ int attachment::reap(std::int64_t now, wake_list& wakes, bool force_scan) {
     // held), and one after it waits for this lock. Leases granted during
     // the scan (end_lease hands seats to waiters) lower the bound
     // themselves; the scan lowers it for the rest.
-    set_gate_flags(kGateFrozen, 0);
+    gate_freeze frozen(*this);
     hdr->earliest_expiry_ns.store(INT64_MAX, std::memory_order_relaxed);
     std::int64_t earliest = INT64_MAX;
-    for (std::uint32_t i = 0; i < hwm; ++i) {
-      const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
-      const slot_kind k = state_kind(st);
-      if (k != kSlotHeld && k != kSlotAcquiring) continue;
-      const std::int64_t exp = leases[i].expires_ns.load(std::memory_order_relaxed);
-      if (exp == kNoExpiry) continue;
-      if (k == kSlotHeld && exp <= now)
-        end_lease(i, st, kLostExpired, now, wakes);
-      else
-        earliest = std::min(earliest, exp);
+    try {
+      for (std::uint32_t i = 0; i < hwm; ++i) {
+        const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+        const slot_kind k = state_kind(st);
+        if (k != kSlotHeld && k != kSlotAcquiring) continue;
+        const std::int64_t exp = leases[i].expires_ns.load(std::memory_order_relaxed);
+        if (exp == kNoExpiry) continue;
+        if (k == kSlotHeld && exp <= now)
+          end_lease(i, st, kLostExpired, now, wakes);
+        else
+          earliest = std::min(earliest, exp);
+      }
+    } catch (...) {
+      // A scan cut short knows no bound: make the next reap scan again.
+      lower_earliest_expiry(now);
+      throw;
     }
     lower_earliest_expiry(earliest);
-    set_gate_flags(0, kGateFrozen);
   }
   const std::uint32_t n = hdr->holder_slots.load();
   const std::uint32_t me = self.load(std::memory_order_relaxed);
