@@ -182,8 +182,9 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots, int skipped_seg
                      value);
   }
   simple(out, "shmsem_recoveries_total", "counter",
-         "Repairs after a process died holding the segment lock.", series,
-         [](const Snapshot& s) { return s.stats.recoveries; });
+         "Repairs after a process died holding the segment lock or inside a lock-free "
+         "acquire or release.",
+         series, [](const Snapshot& s) { return s.stats.recoveries; });
 
   family_header(out, "shmsem_scrape_skipped_segments", "gauge",
                 "Segments listed but not readable in this scrape.");

@@ -243,7 +243,7 @@ void print_info(std::ostream& out, const row& r, clock::time_point now) {
   field("expired", num(st.expired) + " (leases whose TTL ran out)");
   field("force released", num(st.force_released));
   field("reclaimed seats", num(st.reclaimed_seats));
-  field("lock recoveries", num(st.recoveries));
+  field("recoveries", num(st.recoveries));
   auto mean = [](const shmsem::Histogram& h) {
     const auto n = h.count();
     char buf[64];
