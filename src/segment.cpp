@@ -494,11 +494,7 @@ void attachment::retire_self() {
     else if (k != kSlotFree && k != kSlotEnding)
       holds_any = true;
   }
-  const std::uint32_t nt = thread_count();
-  for (std::uint32_t t = 0; t < nt; ++t)
-    if (threads[t].state.load() == kThreadClaimed && threads[t].holder.load() == me)
-      threads[t].state.store(kThreadFree, std::memory_order_release);
-  holders[me].threads.store(0);
+  free_thread_records_of(me);
   if (!holds_any) holders[me].state.store(kHolderFree, std::memory_order_release);
 }
 
@@ -852,12 +848,8 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
     if (recounted || resettle(now) < 0) return;
     recounted = true;
   }
-  const std::uint32_t nt = thread_count();
-  for (std::uint32_t t = 0; t < nt; ++t)
-    if (threads[t].state.load() == kThreadClaimed && threads[t].holder.load() == h)
-      threads[t].state.store(kThreadFree, std::memory_order_release);
+  free_thread_records_of(h);
   holders[h].waiting.store(0);
-  holders[h].threads.store(0);
   holders[h].state.store(kHolderFree, std::memory_order_release);
 }
 
@@ -992,6 +984,15 @@ std::uint32_t attachment::claim_thread_record(std::uint32_t holder) {
   threads[i].state.store(kThreadClaimed, std::memory_order_release);
   add(holders[holder].threads, 1);
   return i;
+}
+
+void attachment::free_thread_records_of(std::uint32_t holder) {
+  // The counters stay: the next thread to claim a record goes on counting.
+  const std::uint32_t nt = thread_count();
+  for (std::uint32_t t = 0; t < nt; ++t)
+    if (threads[t].state.load() == kThreadClaimed && threads[t].holder.load() == holder)
+      threads[t].state.store(kThreadFree, std::memory_order_release);
+  holders[holder].threads.store(0);
 }
 
 void attachment::free_thread_record(std::uint32_t i) {

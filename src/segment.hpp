@@ -197,6 +197,8 @@ struct attachment {
   /// Claims a thread record for `holder`; kNoSelf if the table is full.
   std::uint32_t claim_thread_record(std::uint32_t holder);
   void free_thread_record(std::uint32_t index);
+  /// Frees every thread record of `holder` (it is gone, or done).
+  void free_thread_records_of(std::uint32_t holder);
   /// Reserves up to `want` free lease slots for `holder` (state reserved),
   /// growing the table if needed; returns how many it wrote to `out`.
   std::uint32_t reserve_slots(std::uint32_t holder, std::uint32_t* out, std::uint32_t want);
