@@ -15,22 +15,6 @@ namespace shmsem {
 
 using detail::attachment;
 
-Permit::Permit(Permit&& o) noexcept
-    : att_(o.att_),
-      slot_(o.slot_),
-      weight_(o.weight_),
-      id_(o.id_),
-      gen_(o.gen_),
-      fast_(o.fast_),
-      ttl_ms_(o.ttl_ms_),
-      expires_ns_(o.expires_ns_),
-      acquired_at_(o.acquired_at_),
-      renewal_(std::move(o.renewal_)),
-      observer_(std::move(o.observer_)) {
-  o.att_ = nullptr;
-  o.id_ = 0;
-}
-
 Permit& Permit::operator=(Permit&& o) noexcept {
   if (this != &o) {
     release_quietly();

@@ -277,6 +277,16 @@ struct permit_access {
       return Permit(h.att, g.slot, n, g.id, g.gen, true, ttl_ms, g.now_ns);
     return observed_fast(h, n, ttl_ms, renew, g);
   }
+  /// fast() for try_acquire(): the permit is made in the optional.
+  static std::optional<Permit> fast_optional(handle& h, int n, std::int64_t ttl_ms, bool renew,
+                                             const fast_grant& g) {
+    std::optional<Permit> p(std::in_place);  // one return: the optional is the caller's
+    if (!h.opts.observer && !renew) [[likely]]
+      p->hold(h.att, g.slot, n, g.id, g.gen, true, ttl_ms, g.now_ns);
+    else
+      *p = observed_fast(h, n, ttl_ms, renew, g);
+    return p;
+  }
   static Permit observed_fast(handle& h, int n, std::int64_t ttl_ms, bool renew,
                               const fast_grant& g);
 };
@@ -542,7 +552,7 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
   detail::thread_entry* entry = detail::local_entry(a);
   detail::fast_grant fg;
   if (entry && !shut_down(h) && detail::fast_acquire(a, *entry, n, q.ttl_ms, fg))
-    return detail::permit_access::fast(h, q.n, q.ttl_ms, q.renew, fg);
+    return detail::permit_access::fast_optional(h, q.n, q.ttl_ms, q.renew, fg);
   return try_acquire_locked(h, q, entry);
 }
 

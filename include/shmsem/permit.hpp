@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 namespace shmsem {
 
@@ -31,7 +32,20 @@ class SHMSEM_API Permit {
 
   /// An empty permit that holds nothing (is_held() is false, release() does nothing).
   Permit() noexcept = default;
-  Permit(Permit&& other) noexcept;
+  /// Takes other's lease; other is left empty. Inline, so that returning a
+  /// Permit inside a std::optional (try_acquire) costs a few register moves.
+  Permit(Permit&& other) noexcept
+      : att_(std::exchange(other.att_, nullptr)),
+        slot_(other.slot_),
+        weight_(other.weight_),
+        id_(std::exchange(other.id_, 0)),
+        gen_(other.gen_),
+        fast_(other.fast_),
+        ttl_ms_(other.ttl_ms_),
+        expires_ns_(other.expires_ns_),
+        acquired_at_(other.acquired_at_),
+        renewal_(std::move(other.renewal_)),
+        observer_(std::move(other.observer_)) {}
   /// Releases what this permit holds (quietly, as the destructor does), then takes other's lease.
   Permit& operator=(Permit&& other) noexcept;
   Permit(const Permit&) = delete;
@@ -89,16 +103,23 @@ class SHMSEM_API Permit {
   friend struct detail::attachment;
   friend struct detail::permit_access;
   Permit(detail::attachment* a, std::uint32_t slot, int weight, std::uint64_t id, std::uint64_t gen,
-         bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept
-      : att_(a),
-        slot_(slot),
-        weight_(weight),
-        id_(id),
-        gen_(gen),
-        fast_(fast),
-        ttl_ms_(ttl_ms),
-        expires_ns_(ttl_ms > 0 ? granted_ns + ttl_ms * 1'000'000 : 0),
-        acquired_at_(clock::time_point(std::chrono::nanoseconds(granted_ns))) {}
+         bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept {
+    hold(a, slot, weight, id, gen, fast, ttl_ms, granted_ns);
+  }
+  /// Makes this empty permit hold a granted lease. Lets try_acquire() build
+  /// its permit inside the std::optional it returns, without a temporary.
+  void hold(detail::attachment* a, std::uint32_t slot, int weight, std::uint64_t id,
+            std::uint64_t gen, bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept {
+    att_ = a;
+    slot_ = slot;
+    weight_ = weight;
+    id_ = id;
+    gen_ = gen;
+    fast_ = fast;
+    ttl_ms_ = ttl_ms;
+    expires_ns_ = ttl_ms > 0 ? granted_ns + ttl_ms * 1'000'000 : 0;
+    acquired_at_ = clock::time_point(std::chrono::nanoseconds(granted_ns));
+  }
   void release_quietly() noexcept;
   /// release() for every case the lock-free release cannot take.
   void release_slowly();

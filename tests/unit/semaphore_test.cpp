@@ -611,6 +611,39 @@ TEST(Semaphore, ObserverSeesEveryEvent) {
   EXPECT_EQ(obs->lost, 1);
 }
 
+// The second try_acquire() of a thread is lock-free: the observer and the
+// renewal must come with the permit there too.
+TEST(Semaphore, LockFreeTryAcquireKeepsObserverAndRenewal) {
+  unique_key k;
+  auto obs = std::make_shared<recording_observer>();
+  auto s = Semaphore::open(k, 2, {.ttl = 3s, .auto_renew = true, .observer = obs});
+  for (int round = 1; round <= 3; ++round) {
+    SCOPED_TRACE(round);
+    std::optional<Permit> p = s.try_acquire();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_TRUE(p->is_held());
+    EXPECT_TRUE(p->auto_renewing());
+    EXPECT_EQ(obs->acquires, round);
+    EXPECT_EQ(s.used(), 1);
+    p->release();
+    EXPECT_FALSE(p->auto_renewing());
+    EXPECT_EQ(obs->releases, round);
+    EXPECT_EQ(s.used(), 0);
+  }
+  // Without observer and renewal: the permit made inside the optional.
+  auto plain = Semaphore::open(k, 2);
+  for (int round = 0; round < 3; ++round) {
+    std::optional<Permit> p = plain.try_acquire(2);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->weight(), 2);
+    EXPECT_NE(p->id(), 0u);
+    EXPECT_FALSE(plain.try_acquire().has_value());
+    p->release();
+    EXPECT_EQ(plain.used(), 0);
+  }
+  EXPECT_EQ(obs->releases, 3) << "the other handle's permits are not this observer's";
+}
+
 TEST(Semaphore, WithPermitReleasesEvenWhenTheWorkThrows) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
