@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,8 +83,9 @@ int main() {
     std::this_thread::sleep_for(1ms);
   const auto took =
       std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - killed);
-  say("supervisor", "the dead worker's seat was reclaimed " +
-                        std::to_string(took.count() / 1000.0) + " ms after the kill");
+  std::ostringstream after;
+  after << std::fixed << std::setprecision(1) << static_cast<double>(took.count()) / 1000.0;
+  say("supervisor", "the dead worker's seat was reclaimed " + after.str() + " ms after the kill");
 
   int failures = 0;
   for (std::size_t i = 1; i < workers.size(); ++i) {

@@ -607,6 +607,7 @@ void attachment::repair() {
   hdr->queue_tail.store(prev);
   hdr->waiters.store(static_cast<std::int32_t>(queued.size()));
   set_gate_flags(queued.empty() ? 0 : kGateQueued, queued.empty() ? kGateQueued : 0);
+  wake_new_head(kNil, told);
   // The dead holder may have been halfway through a change of the gate.
   if (resettle(sys::coarse_now_ns()) < 0)
     log().warn(
@@ -818,7 +819,7 @@ bool attachment::holder_alive(std::uint32_t h) const {
 void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes) {
   const std::uint32_t nw = hdr->waiter_slots.load();
   for (std::uint32_t w = 0; w < nw; ++w)
-    if (waiters[w].state.load() != kWaiterFree && waiters[w].holder == h) free_waiter(w);
+    if (waiters[w].state.load() != kWaiterFree && waiters[w].holder == h) free_waiter(w, wakes);
   for (bool recounted = false;;) {
     const std::uint32_t hwm = hdr->lease_hwm.load();
     bool in_flight = false;
@@ -1125,15 +1126,29 @@ void attachment::dequeue(std::uint32_t w) {
   if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) set_gate_flags(0, kGateQueued);
 }
 
-void attachment::free_waiter(std::uint32_t w) {
+void attachment::free_waiter(std::uint32_t w, wake_list& wakes) {
   waiter_slot& s = waiters[w];
-  if (s.state.load(std::memory_order_relaxed) == kWaiting) dequeue(w);
+  if (s.state.load(std::memory_order_relaxed) == kWaiting) {
+    const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
+    dequeue(w);
+    wake_new_head(head, wakes);
+  }
   s.state.store(kWaiterFree, std::memory_order_release);
   if (s.holder < hdr->holder_slots.load() && holders[s.holder].waiting.load() > 0)
     add(holders[s.holder].waiting, -1);
 }
 
+void attachment::wake_new_head(std::uint32_t old_head, wake_list& wakes) {
+  const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
+  if (head == kNil || head == old_head) return;
+  // It may be asleep for the long tick of a waiter behind the head; the
+  // bump makes a wait it is about to start return at once.
+  waiters[head - 1].seq.fetch_add(1, std::memory_order_release);
+  wakes.add(head - 1);
+}
+
 void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
+  const std::uint32_t first = hdr->queue_head.load(std::memory_order_relaxed);
   for (;;) {
     const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
     if (head == kNil) break;
@@ -1147,6 +1162,7 @@ void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
     dequeue(head - 1);
     tell(head - 1, kGranted, wakes);
   }
+  wake_new_head(first, wakes);
 }
 
 void attachment::tell(std::uint32_t w, waiter_state state, wake_list& wakes) {
@@ -1157,7 +1173,8 @@ void attachment::tell(std::uint32_t w, waiter_state state, wake_list& wakes) {
 
 void attachment::reject_oversized(wake_list& wakes) {
   const std::int32_t cap = capacity();
-  std::uint32_t w = hdr->queue_head.load(std::memory_order_relaxed);
+  const std::uint32_t first = hdr->queue_head.load(std::memory_order_relaxed);
+  std::uint32_t w = first;
   while (w != kNil) {
     waiter_slot& s = waiters[w - 1];
     const std::uint32_t next = s.next;
@@ -1168,6 +1185,7 @@ void attachment::reject_oversized(wake_list& wakes) {
     }
     w = next;
   }
+  wake_new_head(first, wakes);
 }
 
 // ---------------------------------------------------------------------------

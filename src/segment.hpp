@@ -224,7 +224,11 @@ struct attachment {
   int reap(std::int64_t now_ns, wake_list& wakes, bool force_scan = false);
   std::uint32_t enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms, std::int64_t now_ns);
   void dequeue(std::uint32_t waiter);
-  void free_waiter(std::uint32_t waiter);
+  /// [locked] Frees a waiter slot, taking it out of the queue if it is in.
+  void free_waiter(std::uint32_t waiter, wake_list& wakes);
+  /// [locked] If the queue's head is no longer `old_head`, wakes the new
+  /// one: only the head watches for dead holders at the short tick.
+  void wake_new_head(std::uint32_t old_head, wake_list& wakes);
   void reject_oversized(wake_list& wakes);
   /// [locked] Gives queued waiter `w` its fate (kGranted, kRejected) and
   /// adds it to `wakes`; the caller has taken it out of the queue.

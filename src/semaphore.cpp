@@ -517,7 +517,7 @@ namespace {
         a.end_lease(lease, held, detail::layout::kLostReleased, detail::lease_clock(), lk.wakes);
       }
     }
-    a.free_waiter(w);
+    a.free_waiter(w, lk.wakes);
     // Our leaving may let the requests behind us in (a big head that left).
     if (!granted && a.hdr->queue_head.load(std::memory_order_relaxed) != detail::layout::kNil)
       a.grant_queued(detail::lease_clock(), lk.wakes);

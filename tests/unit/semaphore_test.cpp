@@ -3,9 +3,16 @@
 #include <gtest/gtest.h>
 #include <shmsem/shmsem.hpp>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
 #include <future>
+#include <map>
+#include <mutex>
 #include <stop_token>
+#include <string>
 #include <thread>
 
 #include "test_support.hpp"
@@ -439,6 +446,54 @@ TEST(Semaphore, StopTokenCancelsAWait) {
   EXPECT_EQ(s.waiters(), 0);
   EXPECT_EQ(s.used(), 1);
   EXPECT_EQ(s.stats().cancelled, 1u);
+}
+
+// True once thread `tid` of this process sleeps in futex(2).
+bool asleep_in_futex(pid_t tid) {
+  const std::string task = "/proc/self/task/" + std::to_string(tid);
+  std::ifstream stat(task + "/stat"), syscall(task + "/syscall");
+  std::string line, nr;
+  if (!std::getline(stat, line) || !(syscall >> nr)) return false;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && line.compare(close, 3, ") S") == 0 &&
+         nr == std::to_string(SYS_futex);
+}
+
+struct wakeups_observer : Observer {
+  std::mutex mu;
+  std::map<std::uint64_t, std::uint32_t> wakeups;  // by permit id
+  void on_acquire(const AcquireEvent& e) override {
+    std::lock_guard g(mu);
+    if (e.outcome == Outcome::acquired) wakeups[e.permit_id] = e.wakeups;
+  }
+};
+
+// Only the head of the queue checks for dead holders at the short tick: a
+// waiter that becomes the head because the one before it left must be
+// woken to take the watch over, not sleep on at the long tick.
+TEST(Semaphore, WaiterThatBecomesTheHeadIsWokenToWatch) {
+  unique_key k;
+  auto obs = std::make_shared<wakeups_observer>();
+  auto s = Semaphore::open(k, 1, {.observer = obs});
+  auto held = s.acquire();
+  std::stop_source stop;
+  auto first = std::async(std::launch::async,
+                          [&] { return acquire_error(s, 1, {.stop = stop.get_token()}); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  std::atomic<pid_t> second_tid{0};
+  auto second = std::async(std::launch::async, [&] {
+    second_tid = static_cast<pid_t>(::gettid());
+    return s.acquire();
+  });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 2; }));
+  ASSERT_TRUE(eventually([&] { return second_tid != 0 && asleep_in_futex(second_tid); }));
+  stop.request_stop();  // the head leaves: the second is now the head
+  EXPECT_EQ(first.get().reason(), Reason::cancelled);
+  held.release();
+  Permit p = second.get();
+  ASSERT_TRUE(p.is_held());
+  std::lock_guard g(obs->mu);
+  EXPECT_GE(obs->wakeups[p.id()], 2u) << "woken to become the watcher, then for the seat";
 }
 
 TEST(Semaphore, ShutdownEndsWaitsAndKeepsHeldPermits) {
