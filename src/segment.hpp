@@ -46,6 +46,30 @@ enum class point {
   fast_releasing,
   fast_released,
 };
+/// The point's name as written above, for test names and reports.
+constexpr const char* point_name(point p) {
+  switch (p) {
+    case point::locked:
+      return "locked";
+    case point::mid_grant:
+      return "mid_grant";
+    case point::mid_release:
+      return "mid_release";
+    case point::initializing:
+      return "initializing";
+    case point::mid_handoff:
+      return "mid_handoff";
+    case point::fast_acquiring:
+      return "fast_acquiring";
+    case point::fast_admitted:
+      return "fast_admitted";
+    case point::fast_releasing:
+      return "fast_releasing";
+    case point::fast_released:
+      return "fast_released";
+  }
+  return "unknown";
+}
 using hook_fn = void (*)(point, std::string_view key);
 void set_hook(hook_fn fn);
 extern std::atomic<hook_fn> current_hook;

@@ -666,13 +666,11 @@ int main(int argc, char** argv) {
                 " force_released=%" PRIu64 " timeouts=%" PRIu64 " seed=%" PRIu64 "\n",
                 acq, rel, timeouts, tryf, extends, extend_lost, t.lapsed_in_snapshot, t.unstable,
                 st.released, st.force_released, st.timeouts, cfg.seed);
-    static constexpr const char* kPointNames[kPointCount] = {
-        "locked",         "mid_grant",     "mid_release",    "initializing", "mid_handoff",
-        "fast_acquiring", "fast_admitted", "fast_releasing", "fast_released"};
     std::printf("chaos: kills inside an operation, by point:");
     for (std::size_t i = 0; i < kPointCount; ++i)
       if (i != static_cast<std::size_t>(point::initializing))
-        std::printf(" %s=%ld", kPointNames[i], t.kills_at[i]);
+        std::printf(" %s=%ld", shmsem::detail::testing::point_name(static_cast<point>(i)),
+                    t.kills_at[i]);
     std::printf("\n");
 
     auto fail = [&](const char* what) {

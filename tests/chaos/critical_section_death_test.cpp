@@ -28,21 +28,6 @@ void die_here(point p, std::string_view) {
   if (armed && p == die_at) ::raise(SIGKILL);
 }
 
-const char* name_of(point p) {
-  switch (p) {
-    case point::locked:
-      return "locked";
-    case point::mid_grant:
-      return "mid_grant";
-    case point::mid_release:
-      return "mid_release";
-    case point::mid_handoff:
-      return "mid_handoff";
-    default:
-      return "initializing";
-  }
-}
-
 // Dies at `p` while acquiring (locked, mid_grant) or releasing (mid_release).
 int die_in_critical_section(const std::string& key, point p) {
   Semaphore sem = Semaphore::attach(key);
@@ -62,13 +47,14 @@ class DeathInCriticalSection : public ::testing::TestWithParam<point> {};
 
 TEST_P(DeathInCriticalSection, SegmentStaysConsistent100TimesInARow) {
   const point p = GetParam();
-  test::unique_key key(name_of(p));
+  test::unique_key key(detail::testing::point_name(p));
   Semaphore sem = Semaphore::open(key, 4);
   Permit mine = sem.acquire(1);  // a survivor's lease must outlive every repair
   for (int round = 0; round < 100; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     test::child_process child([&] { return die_in_critical_section(key.str(), p); });
-    ASSERT_EQ(child.wait(), 128 + SIGKILL) << "the child did not die at " << name_of(p);
+    ASSERT_EQ(child.wait(), 128 + SIGKILL)
+        << "the child did not die at " << detail::testing::point_name(p);
     // The lock is owner-dead now: the next operation repairs, and the dead
     // child's lease (if any) is reaped.
     sem.reap();
@@ -205,7 +191,9 @@ TEST(DeathInCriticalSection, RejectionCutShortIsFinishedForTheWaiter) {
 
 INSTANTIATE_TEST_SUITE_P(AtEachHook, DeathInCriticalSection,
                          ::testing::Values(point::locked, point::mid_grant, point::mid_release),
-                         [](const auto& info) { return std::string(name_of(info.param)); });
+                         [](const auto& info) {
+                           return std::string(detail::testing::point_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace shmsem

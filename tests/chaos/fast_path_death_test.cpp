@@ -35,21 +35,6 @@ void act_here(point p, std::string_view) {
   }
 }
 
-const char* name_of(point p) {
-  switch (p) {
-    case point::fast_acquiring:
-      return "fast_acquiring";
-    case point::fast_admitted:
-      return "fast_admitted";
-    case point::fast_releasing:
-      return "fast_releasing";
-    case point::fast_released:
-      return "fast_released";
-    default:
-      return "other";
-  }
-}
-
 bool in_release(point p) {
   return p == point::fast_releasing || p == point::fast_released;
 }
@@ -90,14 +75,15 @@ class DeathInFastPath : public ::testing::TestWithParam<point> {};
 
 TEST_P(DeathInFastPath, SeatsAreRecountedAndNothingLeaks100TimesInARow) {
   const point p = GetParam();
-  test::unique_key key(name_of(p));
+  test::unique_key key(detail::testing::point_name(p));
   Semaphore sem = Semaphore::open(key, 4);
   Permit mine = fast_permit(sem);  // a survivor's lease must outlive every recount
   std::int64_t size_after_first = 0;
   for (int round = 0; round < 100; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     test::child_process child([&] { return act_in_fast_path(key.str(), p, SIGKILL); });
-    ASSERT_EQ(child.wait(), 128 + SIGKILL) << "the child did not die at " << name_of(p);
+    ASSERT_EQ(child.wait(), 128 + SIGKILL)
+        << "the child did not die at " << detail::testing::point_name(p);
     // Killed after taking the seat (fast_admitted) or before giving it back
     // (fast_releasing): until the recount, the seat is counted as taken.
     // Never fewer than the live lease.
@@ -118,7 +104,9 @@ TEST_P(DeathInFastPath, SeatsAreRecountedAndNothingLeaks100TimesInARow) {
 INSTANTIATE_TEST_SUITE_P(AtEachWindow, DeathInFastPath,
                          ::testing::Values(point::fast_acquiring, point::fast_admitted,
                                            point::fast_releasing, point::fast_released),
-                         [](const auto& info) { return std::string(name_of(info.param)); });
+                         [](const auto& info) {
+                           return std::string(detail::testing::point_name(info.param));
+                         });
 
 // A process died inside a lock-free acquire while another one is stopped
 // inside its own: the recount cannot know the stopped one's effect yet, so
