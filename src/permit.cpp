@@ -99,8 +99,12 @@ void Permit::extend(std::chrono::milliseconds ttl) {
 }
 
 namespace {
-// Frees the permit's lease if still held. Returns true if it was held;
-// otherwise `why` says what happened to it.
+// The lease's own clock reading (CLOCK_MONOTONIC_COARSE, in ns) back from
+// the time_point the permit keeps it as.
+std::int64_t ns_of(Permit::clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 // Frees the permit's lease under the lock if still held. Returns true if it
 // was held; otherwise `why` says what happened to it.
 bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
@@ -135,12 +139,9 @@ void Permit::release() {
     if (detail::thread_entry* entry = detail::local_entry(a)) {
       detail::release_scope scope(a, entry);
       std::uint64_t gate_before;
-      const std::int64_t acquired_ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(acquired_at_.time_since_epoch())
-              .count();
       // Without a renewal, expires_ns_ is the lease's expiry: no need to
       // read the slot's.
-      if (detail::fast_release(a, *entry, slot_, gen_, weight_, acquired_ns, expires_ns_,
+      if (detail::fast_release(a, *entry, slot_, gen_, weight_, ns_of(acquired_at_), expires_ns_,
                                gate_before) == detail::fast_release_result::released) {
         att_ = nullptr;
         return;
@@ -162,14 +163,12 @@ void Permit::release_slowly() {
   int used_after = 0;
   bool held;
   std::uint64_t gate_before = 0;
-  const std::int64_t acquired_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(acquired_at_.time_since_epoch()).count();
-  // A renewal may have moved the expiry: the slot has it (kNoExpiry asks
+  // A renewal may have moved the expiry: the slot has it (kReadExpiry asks
   // fast_release() to read it there).
   const std::int64_t expires = renewal_ ? detail::kReadExpiry : expires_ns_;
   if (fast_ && entry &&
-      detail::fast_release(*a, *entry, slot_, gen_, weight_, acquired_ns, expires, gate_before) ==
-          detail::fast_release_result::released) {
+      detail::fast_release(*a, *entry, slot_, gen_, weight_, ns_of(acquired_at_), expires,
+                           gate_before) == detail::fast_release_result::released) {
     held = true;
     used_after = detail::layout::gate_used(gate_before) - weight_;
   } else {
