@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <shmsem/shmsem.hpp>
 
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -448,15 +449,18 @@ TEST(Semaphore, StopTokenCancelsAWait) {
   EXPECT_EQ(s.stats().cancelled, 1u);
 }
 
-// True once thread `tid` of this process sleeps in futex(2).
+// True once thread `tid` of this process sleeps in the library's own wait
+// (futex(2) with FUTEX_WAIT_BITSET, not private). Other sleeps of the same
+// thread do not count: std::mutex and the sanitizers' runtimes wait with
+// FUTEX_WAIT_PRIVATE, the segment lock with FUTEX_WAIT.
 bool asleep_in_futex(pid_t tid) {
   const std::string task = "/proc/self/task/" + std::to_string(tid);
   std::ifstream stat(task + "/stat"), syscall(task + "/syscall");
-  std::string line, nr;
-  if (!std::getline(stat, line) || !(syscall >> nr)) return false;
+  std::string line, nr, addr, op;
+  if (!std::getline(stat, line) || !(syscall >> nr >> addr >> op)) return false;
   const auto close = line.rfind(')');
   return close != std::string::npos && line.compare(close, 3, ") S") == 0 &&
-         nr == std::to_string(SYS_futex);
+         nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == FUTEX_WAIT_BITSET;
 }
 
 struct wakeups_observer : Observer {
@@ -489,6 +493,9 @@ TEST(Semaphore, WaiterThatBecomesTheHeadIsWokenToWatch) {
   ASSERT_TRUE(eventually([&] { return second_tid != 0 && asleep_in_futex(second_tid); }));
   stop.request_stop();  // the head leaves: the second is now the head
   EXPECT_EQ(first.get().reason(), Reason::cancelled);
+  // The wake (if any) was sent before the first acquire returned. Once the
+  // second sleeps again, the seat's wake is a separate one.
+  ASSERT_TRUE(eventually([&] { return asleep_in_futex(second_tid); }));
   held.release();
   Permit p = second.get();
   ASSERT_TRUE(p.is_held());
