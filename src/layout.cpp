@@ -60,7 +60,8 @@ problem validate(const void* base, std::uint64_t file_size, bool* key_mismatch, 
   if (threads < 1 || threads > kMaxThreads) return problem::bad_header;
   if (hwm > leases) return problem::bad_header;
   if (h->free_lease > hwm || h->queue_head.load(std::memory_order_relaxed) > waiters ||
-      h->queue_tail.load(std::memory_order_relaxed) > waiters)
+      h->queue_tail.load(std::memory_order_relaxed) > waiters || h->free_waiter > waiters ||
+      h->free_holder > holders)
     return problem::bad_header;
   if (file_size < file_size_for(leases)) return problem::truncated;
   if (key != nullptr && (h->key_size != key_size || std::memcmp(h->key, key, key_size) != 0)) {

@@ -48,10 +48,20 @@
 //   lock-free reader sees either the old or the new value of each; the
 //   writer, holding the lock, updates them with plain load+store pairs
 //   (no read-modify-write is needed: the lock already orders writers).
-// - Liveness is not in the segment at all: each attached process holds an
-//   exclusive OFD lock on byte kTokenBase + its holder index of the segment
-//   file. The kernel drops it at that process's death (SIGKILL, exec, a
-//   zombie not yet waited for: all the same), whatever its PID namespace.
+// - Liveness has two parts. The truth is not in the segment at all: each
+//   process with a holder record holds an exclusive OFD lock on byte
+//   kTokenBase + its holder index of the segment file (its token). The
+//   kernel drops it at that process's death (SIGKILL, exec, a zombie not
+//   yet waited for: all the same), whatever its PID namespace. But asking
+//   the kernel about a token (F_OFD_GETLK) walks every lock on the file,
+//   two per attached process, so a fleet of N processes would pay O(N) per
+//   probe. The hint is in the segment: each holder record carries a robust
+//   mutex, its lifeline, which a thread of that process keeps locked for as
+//   long as the process lives (src/lifeline.hpp). At the death of that
+//   thread (any death of the process, and exec) the kernel marks the word
+//   FUTEX_OWNER_DIED. Reading the word is a load; only a lifeline that
+//   reads dead (or a holder without one) costs a probe of the token, and
+//   the token decides.
 //
 // If a process dies holding `mutex`, the next locker gets EOWNERDEAD and
 // repairs: every derived field (the seats in use, free list, queue,
@@ -81,7 +91,7 @@
 namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kMaxKeySize = 255;
 
@@ -106,6 +116,12 @@ inline constexpr std::int64_t kNoExpiry = 0;
 enum init_state : std::uint32_t { kUninitialized = 0, kInitializing = 1, kReady = 2 };
 
 enum holder_state : std::uint32_t { kHolderFree = 0, kHolderAttached = 1 };
+
+/// Whether a holder record's lifeline is held by its process.
+enum lifeline_state : std::uint32_t {
+  kLifelineNone = 0,   // not (yet) held: only the token tells
+  kLifelineArmed = 1,  // held by the process's lifeline thread until it dies
+};
 
 enum thread_state : std::uint32_t { kThreadFree = 0, kThreadClaimed = 1 };
 
@@ -144,9 +160,11 @@ constexpr std::uint64_t make_gate(std::int32_t used, std::int32_t capacity, std:
   return (static_cast<std::uint64_t>(used) & kSeatMask) |
          ((static_cast<std::uint64_t>(capacity) & kSeatMask) << kSeatBits) | (flags & kGateFlags);
 }
-/// True if `n` more seats fit under the capacity of gate value `g`.
+/// True if `n` more seats fit under the capacity of gate value `g`. Never
+/// overflows: both fields are 21 bits, so their difference is in range
+/// whatever `n` is (and negative after a shrink below the seats in use).
 constexpr bool gate_fits(std::uint64_t g, std::int32_t n) {
-  return gate_used(g) + n <= gate_capacity(g);
+  return n <= gate_capacity(g) - gate_used(g);
 }
 
 // --- the lease slot state word ----------------------------------------------
@@ -231,6 +249,8 @@ struct alignas(kCacheLine) segment_header {
   std::int64_t created_realtime_ns;
   std::int64_t ewma_base_ns;  // CLOCK_MONOTONIC at creation: the origin of ewma_ms()
   char key[kMaxKeySize + 1];  // NUL-terminated copy of the key
+  std::uint32_t fencing;      // non-zero: every grant takes a fencing token (next_fence)
+  std::uint32_t fairness;     // the admission policy every process follows (0: strict FIFO)
 
   // --- the lock ----------------------------------------------------------
   alignas(kCacheLine) pthread_mutex_t mutex;
@@ -249,13 +269,14 @@ struct alignas(kCacheLine) segment_header {
   std::uint32_t free_lease;  // head of the free lease list (1-based), kNil: take from hwm
   std::atomic<std::uint32_t> queue_head;  // FIFO of waiter slots (1-based); read unlocked as a hint
   std::atomic<std::uint32_t> queue_tail;
-  std::uint32_t reserved0;
+  std::uint32_t free_holder;  // head of the free holder records (1-based), kNil: none
   std::uint64_t next_permit_id;
   std::uint64_t next_ticket;
   // A resettle that could not finish (a live thread stopped inside a
   // lock-free operation): retry no earlier than this, then back off.
   std::atomic<std::int64_t> resettle_due_ns;  // 0: none pending
   std::int64_t resettle_backoff_ns;
+  std::uint32_t free_waiter;  // head of the free waiter slots (1-based), kNil: none
 
   alignas(kCacheLine) shared_stats stats;
 
@@ -270,6 +291,7 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::int64_t>
       earliest_expiry_ns;                   // lower bound of every lease expiry; INT64_MAX: none
   std::atomic<std::uint32_t> idle_waiters;  // wait_idle() callers (hint for waking)
+  std::atomic<std::uint64_t> next_fence;    // the next fencing token (with `fencing`)
 };
 
 /// One process that has used the semaphore (claimed lazily, at its first
@@ -285,6 +307,17 @@ struct alignas(kCacheLine) holder_record {
   std::atomic<std::uint32_t> waiting;  // waiter slots in use
   std::atomic<std::uint32_t> threads;  // thread records claimed
   char comm[16];
+  // Lease slots of this holder that are not free (reserved, held or in
+  // flight). The fast path only moves a slot among those states, so the
+  // count changes under the lock alone. A holder with none and no waiter
+  // owes no seat, and a watcher need not probe it.
+  std::atomic<std::uint32_t> leases;
+  std::uint32_t next_free;  // free list link (1-based), valid while free
+  // The lifeline (see the top of this file). Initialized by the claimer
+  // under the segment lock; then locked, and only ever unlocked, by its
+  // process's lifeline thread. Read by anyone, as a word.
+  alignas(8) pthread_mutex_t lifeline;
+  std::atomic<std::uint32_t> lifeline_state;  // lifeline_state
 };
 
 /// One thread of an attached process that acquires without the lock. Its
@@ -305,15 +338,21 @@ struct alignas(kCacheLine) thread_record {
 /// cancellation) bumps `seq` and wakes it.
 struct alignas(kCacheLine) waiter_slot {
   std::atomic<std::uint32_t> seq;
-  std::atomic<std::uint32_t> state;  // waiter_state
-  std::uint32_t holder;              // holder record index
+  std::atomic<std::uint32_t> state;   // waiter_state
+  std::atomic<std::uint32_t> holder;  // holder record index (read unlocked by the watchdog)
   std::int32_t weight;
-  std::uint32_t prev;  // queue links (1-based)
-  std::uint32_t next;
-  std::atomic<std::uint32_t> lease;  // with kGranted: the lease slot
-  std::uint32_t reserved0;
-  std::atomic<std::uint64_t> permit_id;  // with kGranted
-  std::int64_t ttl_ms;                   // TTL to give the lease; 0: none
+  // Queue links (1-based), written under the lock; read unlocked as hints
+  // (who is second in line). `next` links the free list while free.
+  std::atomic<std::uint32_t> prev;
+  std::atomic<std::uint32_t> next;
+  std::atomic<std::uint32_t> lease;      // with kGranted: the lease slot
+  std::int32_t ttl_ms;                   // TTL to give the lease; 0: none (kMaxDuration fits)
+  std::atomic<std::uint64_t> permit_id;  // with kGranted: the lease's id
+  // With kGranted: the lease's generation in its slot. The lease is the
+  // waiter's only while the slot still says (lease_gen, held): a grant
+  // whose TTL ran out before the waiter came for it may have been ended
+  // and its slot given to another lease.
+  std::atomic<std::uint64_t> lease_gen;
   std::int64_t enqueued_ns;
   std::uint64_t ticket;  // FIFO order, rebuilt from this after a crash
 };
@@ -365,6 +404,7 @@ constexpr std::uint32_t format_word() {
   mix(offsetof(segment_header, stats));
   mix(sizeof(shared_stats));
   mix(sizeof(holder_record));
+  mix(offsetof(holder_record, lifeline));
   mix(sizeof(waiter_slot));
   mix(sizeof(thread_record));
   mix(sizeof(lease_slot));
@@ -384,7 +424,7 @@ static_assert(std::is_standard_layout_v<waiter_slot>);
 static_assert(std::is_standard_layout_v<lease_slot>);
 static_assert(sizeof(segment_header) == kHeaderRegion);
 static_assert(offsetof(segment_header, gate) == kHeaderRegion - kCacheLine);
-static_assert(sizeof(holder_record) == kCacheLine);
+static_assert(sizeof(holder_record) == 2 * kCacheLine);
 static_assert(sizeof(thread_record) == 2 * kCacheLine);
 static_assert(sizeof(waiter_slot) == kCacheLine);
 static_assert(sizeof(lease_slot) == kCacheLine);

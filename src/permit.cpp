@@ -52,7 +52,8 @@ std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
     // ended, the slot may hold somebody else's.
     const detail::layout::lease_slot& l = att_->leases[slot_];
     const std::uint64_t held = detail::layout::slot_state(gen_, detail::layout::kSlotHeld);
-    if (l.state.load(std::memory_order_acquire) == held) {
+    if (l.state.load(std::memory_order_acquire) == held &&
+        l.id.load(std::memory_order_relaxed) == id_) {
       const std::int64_t live = l.expires_ns.load(std::memory_order_acquire);
       if (l.state.load(std::memory_order_relaxed) == held) exp = live;
     }
@@ -86,7 +87,7 @@ void Permit::extend(std::chrono::milliseconds ttl) {
     // Held across the extension, so that a renewal in flight cannot set
     // the expiry back to the old TTL after this one.
     std::unique_lock<std::mutex> g;
-    if (renewal_) g = std::unique_lock(renewal_->mu);
+    if (renewal_ && !renewal_->inherited()) g = std::unique_lock(renewal_->mu);
     r = detail::extend_lease(*att_, slot_, gen_, id_, ttl.count(), INT64_MAX, &exp, &why);
     if (r == detail::extend_result::extended && renewal_) renewal_->ttl_ms = ttl.count();
   }
@@ -114,11 +115,17 @@ bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint6
   const std::int64_t now = detail::lease_clock();
   const std::uint64_t held = detail::layout::slot_state(gen, detail::layout::kSlotHeld);
   bool ended = false;
-  if (a.holds(slot, gen, id, now, &why)) {
-    ended = a.end_lease(slot, held, detail::layout::kLostReleased, now, wakes);
-  } else if (why.reason == detail::layout::kLostExpired) {
-    // Expired but not yet reclaimed: reclaim it now, as expired.
-    a.end_lease(slot, held, detail::layout::kLostExpired, now, wakes);
+  switch (a.lease_state(slot, gen, id, now, &why)) {
+    case attachment::lease_status::held:
+      ended = a.end_lease(slot, held, detail::layout::kLostReleased, now, wakes);
+      break;
+    case attachment::lease_status::expired:
+      // Expired but not yet reclaimed: reclaim it now, as expired. Only
+      // this lease: (slot, gen) and the id are its own.
+      a.end_lease(slot, held, detail::layout::kLostExpired, now, wakes);
+      break;
+    default:
+      break;
   }
   used_after = a.used();
   detail::pin(a, -1);

@@ -33,7 +33,22 @@ extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t gen,
   return extend_result::extended;
 }
 
+namespace {
+std::atomic<std::uint64_t> forks{0};
+std::once_flag fork_counter_once;
+}  // namespace
+
+std::uint64_t fork_generation() noexcept {
+  std::call_once(fork_counter_once,
+                 [] { ::pthread_atfork(nullptr, nullptr, [] { forks.fetch_add(1); }); });
+  return forks.load(std::memory_order_relaxed);
+}
+
 void renewal::stop() noexcept {
+  if (inherited()) {
+    active.store(false);
+    return;
+  }
   std::lock_guard g(mu);
   stopped = true;
   active.store(false);
@@ -106,6 +121,8 @@ class renewer {
     std::lock_guard g(e.mu);
     const std::int64_t third = third_of(e.ttl_ms);
     if (e.stopped) return;
+    [[maybe_unused]] const std::string_view key = e.att->key;  // for the test hook
+    SHMSEM_HOOK(renewing);
     std::string why;
     const std::int64_t now = sys::precise_now_ns();
     switch (extend_lease(*e.att, e.slot, e.gen, e.id, e.ttl_ms, now + third, nullptr, &why)) {

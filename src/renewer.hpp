@@ -11,6 +11,9 @@ namespace shmsem::detail {
 
 struct attachment;
 
+/// Counts the forks this process descends from (bumped in each fork child).
+std::uint64_t fork_generation() noexcept;
+
 /// The renewal state of one permit, shared by the Permit and the thread.
 struct renewal {
   std::mutex mu;              // held while the thread extends; release() takes it to stop
@@ -24,9 +27,15 @@ struct renewal {
   std::atomic<bool> lost{false};
   std::atomic<bool> active{true};       // !stopped && !lost, readable without mu
   std::atomic<std::int64_t> due_ns{0};  // next renewal; the thread and reschedule() write it
+  std::uint64_t made_in = fork_generation();
+
+  /// True in a fork child for a renewal made before the fork: it is the
+  /// parent's, and `mu` may have been copied locked by the parent's
+  /// renewal thread, which does not exist here. Never take `mu` then.
+  bool inherited() const noexcept { return made_in != fork_generation(); }
 
   /// Stops renewal; waits for an extension in progress. Never blocks on
-  /// anything but that extension.
+  /// anything but that extension (and not even on that in a fork child).
   void stop() noexcept;
 };
 

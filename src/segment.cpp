@@ -15,6 +15,7 @@
 
 #include "fastpath.hpp"
 #include "key.hpp"
+#include "lifeline.hpp"
 #include "log.hpp"
 #include "sys/futex.hpp"
 #include "sys/proc.hpp"
@@ -30,6 +31,7 @@ std::atomic<hook_fn> current_hook{nullptr};
 void set_hook(hook_fn fn) {
   current_hook.store(fn);
 }
+std::atomic<int> fail_reopen_after_fork{0};
 }  // namespace testing
 #endif
 
@@ -55,11 +57,23 @@ void atfork_parent() {
 }
 void atfork_child() {
   registry_mutex.unlock();
+  lifeline::forget_after_fork();
   // The child shares our open file descriptions, and with them our liveness
-  // tokens: while it lived, our death would go unnoticed. Give it its own
-  // descriptions; it claims its own holder record at its first acquire.
+  // tokens: while it lived, our death would go unnoticed, and its probes,
+  // which cannot see locks of its own description, would find us dead.
+  // Give it its own descriptions; it claims its own holder record at its
+  // first acquire. If it cannot have one, it must not use the semaphore.
   for (attachment* a : registry) {
-    if (a->file->reopen_description() == 0) a->file->try_lock(kAttachLockByte, false);
+    int err = a->file->reopen_description();
+#ifdef SHMSEM_TESTING
+    if (testing::fail_reopen_after_fork.load()) err = EMFILE;
+#endif
+    if (err == 0) {
+      a->file->try_lock(kAttachLockByte, false);
+    } else {
+      a->broken_by_fork = err;
+      a->file->abandon();
+    }
     a->self.store(kNoSelf, std::memory_order_relaxed);
     // The parent's permits were copied into the child with its memory, and
     // their pins with the parent's threads, which the child has not: keep
@@ -91,6 +105,23 @@ errc errc_for(int err) {
 
 std::int64_t ms_to_ns(std::int64_t ms) {
   return ms * 1'000'000;
+}
+
+// Pushes holder records [from, to) onto the free list, lowest index first
+// out. The caller holds the lock, or is alone with the segment.
+void link_free_holders(segment_header* h, holder_record* hs, std::uint32_t from, std::uint32_t to) {
+  for (std::uint32_t i = to; i-- > from;) {
+    hs[i].next_free = h->free_holder;
+    h->free_holder = i + 1;
+  }
+}
+
+// The same for waiter slots, linked through `next` while free.
+void link_free_waiters(segment_header* h, waiter_slot* ws, std::uint32_t from, std::uint32_t to) {
+  for (std::uint32_t i = to; i-- > from;) {
+    ws[i].next.store(h->free_waiter, std::memory_order_relaxed);
+    h->free_waiter = i + 1;
+  }
 }
 
 }  // namespace
@@ -183,6 +214,9 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   h->ewma.store(ewma_word(0.0f, 0));
   h->next_permit_id = 1;
   h->next_ticket = 1;
+  h->next_fence = 1;
+  link_free_holders(h, holders(base), 0, kInitialHolders);
+  link_free_waiters(h, waiters(base), 0, kInitialWaiters);
   h->init_state.store(kReady, std::memory_order_release);
 }
 
@@ -271,8 +305,14 @@ void reset_live_state(void* base) {
   const std::uint32_t nt = std::min(h->thread_slots.load(), kMaxThreads);
   for (std::uint32_t i = 0; i < nt; ++i) ts[i].state.store(kThreadFree);
   settle_stats(h, sum_lease_stats(h, ts, nt), 0, ending);
-  std::memset(static_cast<void*>(holders(base)), 0, sizeof(holder_record) * h->holder_slots.load());
-  std::memset(static_cast<void*>(waiters(base)), 0, sizeof(waiter_slot) * h->waiter_slots.load());
+  const std::uint32_t nh = std::min(h->holder_slots.load(), kMaxHolders);
+  const std::uint32_t nw = std::min(h->waiter_slots.load(), kMaxWaiters);
+  std::memset(static_cast<void*>(holders(base)), 0, sizeof(holder_record) * nh);
+  std::memset(static_cast<void*>(waiters(base)), 0, sizeof(waiter_slot) * nw);
+  h->free_holder = kNil;
+  h->free_waiter = kNil;
+  link_free_holders(h, holders(base), 0, nh);
+  link_free_waiters(h, waiters(base), 0, nw);
 }
 
 errc errc_for(problem p) {
@@ -310,7 +350,7 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
 
   std::lock_guard g(registry_mutex);
   for (attachment* a : registry) {
-    if (a->name != name || a->dying) continue;
+    if (a->name != name || a->dying || a->broken_by_fork) continue;
     struct ::stat st;
     // A removed file stays usable for those who have it, but a new open
     // must get the semaphore that now has the name.
@@ -495,7 +535,14 @@ void attachment::retire_self() {
       holds_any = true;
   }
   free_thread_records_of(me);
-  if (!holds_any) holders[me].state.store(kHolderFree, std::memory_order_release);
+  // Before the mapping goes, and before another process may claim the
+  // record and initialize the mutex again: our lifeline thread's robust
+  // list links through it.
+  lifeline::disarm(&holders[me].lifeline, &holders[me].lifeline_state);
+  // A lease of ours still out stays with the record: without its lifeline,
+  // our token (gone with our descriptor) tells the others to reap it.
+  if (!holds_any) free_holder_record(me);
+  self.store(kNoSelf, std::memory_order_relaxed);
 }
 
 bool attachment::remove_if_unused(std::string_view key) {
@@ -526,6 +573,18 @@ bool attachment::remove_if_unused(std::string_view key) {
 // The lock and its repair
 
 bool attachment::lock(std::int64_t deadline_ns) {
+  if (broken_by_fork)
+    fail(broken_by_fork == EACCES || broken_by_fork == EPERM ? errc::permission_denied
+                                                             : errc::bad_segment,
+         std::string("this process was forked from one that had it open, and could not get a "
+                     "file description of its own (") +
+             std::strerror(broken_by_fork) +
+             "); sharing the parent's, it could not tell the parent's death from its own, so it "
+             "cannot use this semaphore" +
+             (broken_by_fork == EACCES || broken_by_fork == EPERM
+                  ? ": the parent had dropped the rights to the segment before it forked (open, "
+                    "fork, then drop privileges, as prefork servers do)"
+                  : ": open it again"));
   switch (sys::robust_mutex_lock(&hdr->mutex, deadline_ns)) {
     case sys::lock_result::locked:
       break;
@@ -557,7 +616,10 @@ void attachment::repair() {
   const std::uint32_t nw = std::min(hdr->waiter_slots.load(), kMaxWaiters);
   const std::uint32_t hwm = std::min(hdr->lease_hwm.load(), hdr->lease_slots.load());
   hdr->lease_hwm.store(hwm);
-  for (std::uint32_t i = 0; i < nh; ++i) holders[i].waiting.store(0);
+  for (std::uint32_t i = 0; i < nh; ++i) {
+    holders[i].waiting.store(0);
+    holders[i].leases.store(0);
+  }
   // A lease the dead lock holder was ending: finish it (resettle() counts
   // how it ended). A slot it had taken off the free list without
   // publishing a lease is still free, and goes back on the list.
@@ -565,19 +627,31 @@ void attachment::repair() {
   for (std::uint32_t i = hwm; i-- > 0;) {
     lease_slot& l = leases[i];
     const std::uint64_t st = l.state.load();
-    if (state_kind(st) != kSlotFree && state_kind(st) != kSlotEnding) continue;
+    if (state_kind(st) != kSlotFree && state_kind(st) != kSlotEnding) {
+      const std::uint32_t h = l.holder.load();
+      if (h < nh) add(holders[h].leases, 1);
+      continue;
+    }
     l.next_free = free_head;
     free_head = i + 1;
   }
   hdr->free_lease = free_head;
+  hdr->free_holder = kNil;
+  for (std::uint32_t i = nh; i-- > 0;)
+    if (holders[i].state.load() == kHolderFree) link_free_holders(hdr, holders, i, i + 1);
 
   std::vector<std::uint32_t> queued;
   wake_list told;
-  for (std::uint32_t i = 0; i < nw; ++i) {
+  hdr->free_waiter = kNil;
+  for (std::uint32_t i = nw; i-- > 0;) {
     waiter_slot& w = waiters[i];
     const std::uint32_t st = w.state.load();
-    if (st == kWaiterFree) continue;
-    if (w.holder < nh) add(holders[w.holder].waiting, 1);
+    if (st == kWaiterFree) {
+      link_free_waiters(hdr, waiters, i, i + 1);
+      continue;
+    }
+    const std::uint32_t holder = w.holder.load();
+    if (holder < nh) add(holders[holder].waiting, 1);
     if (st != kWaiting) continue;
     // A handoff cut short: the lease was published for this waiter, which
     // was not yet told. Finish it, or the seat stays with nobody's permit.
@@ -585,7 +659,8 @@ void attachment::repair() {
     // again, where it would hold back everyone behind it.
     const std::uint64_t granted = w.permit_id.load();
     const std::uint32_t lease = w.lease.load();
-    if (granted != 0 && lease < hwm && state_kind(leases[lease].state.load()) == kSlotHeld &&
+    if (granted != 0 && lease < hwm &&
+        leases[lease].state.load() == slot_state(w.lease_gen.load(), kSlotHeld) &&
         leases[lease].id.load() == granted)
       tell(i, kGranted, told);
     else if (w.weight > capacity())
@@ -598,16 +673,16 @@ void attachment::repair() {
   });
   std::uint32_t prev = kNil;
   for (std::uint32_t w : queued) {
-    waiters[w].prev = prev;
-    waiters[w].next = kNil;
-    if (prev != kNil) waiters[prev - 1].next = w + 1;
+    waiters[w].prev.store(prev, std::memory_order_relaxed);
+    waiters[w].next.store(kNil, std::memory_order_relaxed);
+    if (prev != kNil) waiters[prev - 1].next.store(w + 1, std::memory_order_relaxed);
     prev = w + 1;
   }
   hdr->queue_head.store(queued.empty() ? kNil : queued.front() + 1);
   hdr->queue_tail.store(prev);
   hdr->waiters.store(static_cast<std::int32_t>(queued.size()));
   set_gate_flags(queued.empty() ? 0 : kGateQueued, queued.empty() ? kGateQueued : 0);
-  wake_new_head(kNil, told);
+  wake_new_watchers({}, told);
   // The dead holder may have been halfway through a change of the gate.
   if (resettle(sys::coarse_now_ns()) < 0)
     log().warn(
@@ -776,24 +851,11 @@ void attachment::grow_table(std::atomic<std::uint32_t>& count, Slot* table, std:
 std::uint32_t attachment::ensure_self(wake_list& wakes) {
   std::uint32_t s = self.load(std::memory_order_relaxed);
   if (s != kNoSelf) return s;
-  const std::int64_t now = lease_clock();
-  std::uint32_t n = hdr->holder_slots.load();
-  std::uint32_t chosen = kNoSelf;
-  for (std::uint32_t i = 0; i < n && chosen == kNoSelf; ++i) {
-    holder_record& r = holders[i];
-    if (r.state.load() == kHolderAttached) {
-      if (file->locked_by_other(kTokenBase + i)) continue;
-      reap_holder(i, now, wakes);                       // its owner is gone
-      if (r.state.load() == kHolderAttached) continue;  // not finished: a lease in flight
-    }
-    if (file->try_lock(kTokenBase + i, true)) chosen = i;
-  }
-  if (chosen == kNoSelf) {
-    grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
-    if (!file->try_lock(kTokenBase + n, true))
-      fail(errc::bad_segment, "cannot take a liveness token");
-    chosen = n;
-  }
+  const std::uint32_t chosen = take_free_holder(wakes);
+  if (chosen == kNoSelf)
+    fail(errc::too_many, "all " + std::to_string(kMaxHolders) +
+                             " holder records are in use by live processes (at most that many "
+                             "processes can use one semaphore at once)");
   const sys::process_identity me = sys::self_identity();
   holder_record& r = holders[chosen];
   r.generation++;
@@ -804,22 +866,110 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   std::memcpy(r.comm, me.comm, sizeof r.comm);
   r.waiting.store(0);
   r.threads.store(0);
+  r.leases.store(0);
+  // The previous owner is gone (its token was free): its lifeline thread,
+  // if it had one, is dead, so nothing links through this mutex any more.
+  r.lifeline_state.store(kLifelineNone, std::memory_order_relaxed);
+  sys::robust_mutex_init(&r.lifeline);
   r.state.store(kHolderAttached, std::memory_order_release);
+  lifeline::arm(&r.lifeline, &r.lifeline_state);
   self.store(chosen, std::memory_order_relaxed);
   return chosen;
 }
 
+std::uint32_t attachment::take_free_holder(wake_list& wakes) {
+  const std::int64_t now = lease_clock();
+  // A record is ours once we hold its token byte. One whose token another
+  // description still holds (a process that freed the record and has not
+  // yet closed its descriptor) is skipped and put back.
+  std::vector<std::uint32_t> busy;
+  auto claim_from_free_list = [&]() -> std::uint32_t {
+    while (hdr->free_holder != kNil) {
+      const std::uint32_t h = hdr->free_holder - 1;
+      hdr->free_holder = holders[h].next_free;
+      if (file->try_lock(kTokenBase + h, true)) return h;
+      busy.push_back(h);
+    }
+    return kNoSelf;
+  };
+  std::uint32_t chosen = claim_from_free_list();
+  if (chosen == kNoSelf) {
+    // Records of processes that died owing nothing are still attached:
+    // their lifelines say so without a system call; the token confirms.
+    const std::uint32_t n = std::min(hdr->holder_slots.load(), kMaxHolders);
+    const std::uint32_t me = self.load(std::memory_order_relaxed);
+    for (std::uint32_t h = 0; h < n; ++h)
+      if (h != me && holders[h].state.load() == kHolderAttached &&
+          holders[h].lifeline_state.load(std::memory_order_acquire) == kLifelineArmed &&
+          !sys::robust_mutex_owner_alive(&holders[h].lifeline) && holder_gone(h))
+        reap_holder(h, now, wakes);
+    chosen = claim_from_free_list();
+  }
+  if (chosen == kNoSelf) {
+    const std::uint32_t n = hdr->holder_slots.load();
+    if (n < kMaxHolders) {
+      grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
+      link_free_holders(hdr, holders, n, hdr->holder_slots.load());
+      chosen = claim_from_free_list();
+    } else {
+      // The table is full: only then probe the tokens of holders without a
+      // lifeline, one system call each.
+      const std::uint32_t me = self.load(std::memory_order_relaxed);
+      for (std::uint32_t h = 0; h < n; ++h)
+        if (h != me && holders[h].state.load() == kHolderAttached && holder_gone(h))
+          reap_holder(h, now, wakes);
+      chosen = claim_from_free_list();
+    }
+  }
+  for (std::uint32_t h : busy) free_holder_record(h);
+  return chosen;
+}
+
+void attachment::free_holder_record(std::uint32_t h) {
+  holders[h].state.store(kHolderFree, std::memory_order_release);
+  holders[h].next_free = hdr->free_holder;
+  hdr->free_holder = h + 1;
+}
+
 bool attachment::holder_alive(std::uint32_t h) const {
   if (h == self.load(std::memory_order_relaxed)) return true;
-  if (h >= hdr->holder_slots.load(std::memory_order_relaxed)) return false;
+  if (h >= std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders)) return false;
   if (holders[h].state.load(std::memory_order_acquire) != kHolderAttached) return false;
-  return file->locked_by_other(kTokenBase + h);
+  return !holder_gone(h);
+}
+
+bool attachment::holder_gone(std::uint32_t h) const {
+  if (h == self.load(std::memory_order_relaxed)) return false;
+  const holder_record& r = holders[h];
+  if (r.lifeline_state.load(std::memory_order_acquire) == kLifelineArmed &&
+      sys::robust_mutex_owner_alive(&r.lifeline))
+    return false;
+  // Read dead, or no lifeline: the token decides. It may still be held a
+  // moment after the lifeline was marked (the kernel releases a dying
+  // process's robust mutexes before its files), or for good, by a child
+  // that inherited the descriptor on purpose (shmsem run).
+  return !file->locked_by_other(kTokenBase + h);
+}
+
+bool attachment::reapable(std::uint32_t h) const {
+  const holder_record& r = holders[h];
+  if (r.state.load(std::memory_order_acquire) != kHolderAttached) return false;
+  if (h == self.load(std::memory_order_relaxed)) return false;
+  const bool owes = r.leases.load(std::memory_order_relaxed) != 0 ||
+                    r.waiting.load(std::memory_order_relaxed) != 0;
+  const bool armed = r.lifeline_state.load(std::memory_order_acquire) == kLifelineArmed;
+  if (armed && sys::robust_mutex_owner_alive(&r.lifeline)) return false;
+  // A holder that owes nothing and never had a lifeline costs a probe
+  // only when a record is needed (take_free_holder).
+  if (!owes && !armed) return false;
+  return holder_gone(h);
 }
 
 void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes) {
   const std::uint32_t nw = hdr->waiter_slots.load();
   for (std::uint32_t w = 0; w < nw; ++w)
-    if (waiters[w].state.load() != kWaiterFree && waiters[w].holder == h) free_waiter(w, wakes);
+    if (waiters[w].state.load() != kWaiterFree && waiters[w].holder.load() == h)
+      free_waiter(w, wakes);
   for (bool recounted = false;;) {
     const std::uint32_t hwm = hdr->lease_hwm.load();
     bool in_flight = false;
@@ -851,7 +1001,7 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
   }
   free_thread_records_of(h);
   holders[h].waiting.store(0);
-  holders[h].state.store(kHolderFree, std::memory_order_release);
+  free_holder_record(h);
 }
 
 // ---------------------------------------------------------------------------
@@ -897,11 +1047,11 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
     give_back(weight);  // admitted, but no slot to record them in
     throw;
   }
+  own_slot(slot, holder);
   lease_slot& l = leases[slot];
   gen = state_gen(l.state.load(std::memory_order_relaxed)) + 1;
   const std::int64_t expires = ttl_ms > 0 ? now + ms_to_ns(ttl_ms) : kNoExpiry;
   l.weight.store(weight, std::memory_order_relaxed);
-  l.holder.store(holder, std::memory_order_relaxed);
   l.acquired_ns.store(now, std::memory_order_relaxed);
   l.expires_ns.store(expires, std::memory_order_relaxed);
   SHMSEM_HOOK(mid_grant);
@@ -909,7 +1059,11 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
   add(hdr->stats.acquired, 1);
   if (expires != kNoExpiry) lower_earliest_expiry(expires);
   if (to) {
+    // The waiter learns which lease is its, generation included, before
+    // the lease is published: it must never take a later lease in the
+    // same slot for its own (see take_grant()).
     to->lease.store(slot, std::memory_order_relaxed);
+    to->lease_gen.store(gen, std::memory_order_relaxed);
     to->permit_id.store(id, std::memory_order_relaxed);
   }
   l.id.store(id, std::memory_order_relaxed);
@@ -950,8 +1104,8 @@ std::uint32_t attachment::reserve_slots(std::uint32_t holder, std::uint32_t* out
   try {
     for (; got < want; ++got) {
       const std::uint32_t slot = take_free_slot();
+      own_slot(slot, holder);
       lease_slot& l = leases[slot];
-      l.holder.store(holder, std::memory_order_relaxed);
       l.state.store(slot_state(state_gen(l.state.load()), kSlotReserved),
                     std::memory_order_release);
       out[got] = slot;
@@ -1009,7 +1163,16 @@ std::uint64_t attachment::take_ids(std::uint64_t n) {
   return first;
 }
 
+void attachment::own_slot(std::uint32_t slot, std::uint32_t holder) {
+  leases[slot].holder.store(holder, std::memory_order_relaxed);
+  if (holder < hdr->holder_slots.load(std::memory_order_relaxed)) add(holders[holder].leases, 1);
+}
+
 void attachment::free_slot(std::uint32_t slot, std::uint64_t gen) {
+  const std::uint32_t holder = leases[slot].holder.load(std::memory_order_relaxed);
+  if (holder < hdr->holder_slots.load(std::memory_order_relaxed) &&
+      holders[holder].leases.load(std::memory_order_relaxed) > 0)
+    add(holders[holder].leases, -1);
   leases[slot].next_free = hdr->free_lease;
   hdr->free_lease = slot + 1;
   leases[slot].state.store(slot_state(gen, kSlotFree), std::memory_order_release);
@@ -1052,21 +1215,24 @@ void attachment::hold_sample(std::int64_t ns) {
   record_histogram(hdr->stats.hold, ns);
 }
 
-bool attachment::holds(std::uint32_t slot, std::uint64_t gen, std::uint64_t id, std::int64_t now,
-                       loss* why) const {
+attachment::lease_status attachment::lease_state(std::uint32_t slot, std::uint64_t gen,
+                                                 std::uint64_t id, std::int64_t now,
+                                                 loss* why) const {
   const lease_slot& l = leases[slot];
+  // (slot, gen) names one lease for good: the generation changes with every
+  // lease of the slot. The id is checked too, as the permit's own name.
   if (l.state.load(std::memory_order_acquire) == slot_state(gen, kSlotHeld) &&
       l.id.load(std::memory_order_relaxed) == id) {
     if (l.holder.load(std::memory_order_relaxed) != self.load(std::memory_order_relaxed)) {
       if (why) why->other_process = true;
-      return false;
+      return lease_status::foreign;
     }
     const std::int64_t exp = l.expires_ns.load(std::memory_order_relaxed);
     if (exp != kNoExpiry && exp <= now) {
       if (why) *why = loss{kLostExpired, exp, false};
-      return false;
+      return lease_status::expired;
     }
-    return true;
+    return lease_status::held;
   }
   if (why) {
     if (l.lost_id.load(std::memory_order_acquire) == id)
@@ -1075,7 +1241,7 @@ bool attachment::holds(std::uint32_t slot, std::uint64_t gen, std::uint64_t id, 
     else
       *why = loss{};
   }
-  return false;
+  return lease_status::lost;
 }
 
 // ---------------------------------------------------------------------------
@@ -1083,45 +1249,85 @@ bool attachment::holds(std::uint32_t slot, std::uint64_t gen, std::uint64_t id, 
 
 std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms,
                                   std::int64_t now) {
-  std::uint32_t n = hdr->waiter_slots.load();
-  std::uint32_t w = 0;
-  while (w < n && waiters[w].state.load(std::memory_order_relaxed) != kWaiterFree) ++w;
-  if (w == n) grow_table(hdr->waiter_slots, waiters, kWaitersOffset, kMaxWaiters, "waiter slots");
+  if (hdr->free_waiter == kNil) {
+    const std::uint32_t n = hdr->waiter_slots.load();
+    if (n >= kMaxWaiters)
+      fail(errc::too_many, "all " + std::to_string(kMaxWaiters) +
+                               " waiter slots are in use (at most that many acquires can wait "
+                               "at once)");
+    grow_table(hdr->waiter_slots, waiters, kWaitersOffset, kMaxWaiters, "waiter slots");
+    link_free_waiters(hdr, waiters, n, hdr->waiter_slots.load());
+  }
+  const std::uint32_t w = hdr->free_waiter - 1;
   waiter_slot& s = waiters[w];
-  s.holder = holder;
+  hdr->free_waiter = s.next.load(std::memory_order_relaxed);
+  s.holder.store(holder, std::memory_order_relaxed);
   s.weight = weight;
-  s.ttl_ms = ttl_ms;
+  s.ttl_ms = static_cast<std::int32_t>(ttl_ms);
   s.enqueued_ns = now;
   s.ticket = hdr->next_ticket++;
+  add(holders[holder].waiting, 1);
+  link_last(w);
+  return w;
+}
+
+void attachment::link_last(std::uint32_t w) {
+  waiter_slot& s = waiters[w];
   s.lease.store(0);
+  s.lease_gen.store(0);
   s.permit_id.store(0);
-  s.next = kNil;
-  s.prev = hdr->queue_tail.load(std::memory_order_relaxed);
-  if (s.prev != kNil)
-    waiters[s.prev - 1].next = w + 1;
+  const std::uint32_t tail = hdr->queue_tail.load(std::memory_order_relaxed);
+  s.next.store(kNil, std::memory_order_relaxed);
+  s.prev.store(tail, std::memory_order_relaxed);
+  if (tail != kNil)
+    waiters[tail - 1].next.store(w + 1, std::memory_order_relaxed);
   else
     hdr->queue_head.store(w + 1, std::memory_order_relaxed);
   hdr->queue_tail.store(w + 1, std::memory_order_relaxed);
   s.state.store(kWaiting, std::memory_order_release);
   add(hdr->waiters, 1);
-  add(holders[holder].waiting, 1);
   // From now on the fast path stands aside, and its releases come here to
   // hand their seats to the queue.
-  if (s.prev == kNil) set_gate_flags(kGateQueued, 0);
-  return w;
+  if (tail == kNil) set_gate_flags(kGateQueued, 0);
+}
+
+void attachment::requeue_first(std::uint32_t w, std::int64_t now, wake_list& wakes) {
+  const watchers before = queue_watchers();
+  waiter_slot& s = waiters[w];
+  s.lease.store(0);
+  s.lease_gen.store(0);
+  s.permit_id.store(0);
+  // It was the head when it was served, so its ticket is older than any
+  // still queued: first in line again, also for a repair that sorts by it.
+  const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
+  s.prev.store(kNil, std::memory_order_relaxed);
+  s.next.store(head, std::memory_order_relaxed);
+  if (head != kNil)
+    waiters[head - 1].prev.store(w + 1, std::memory_order_relaxed);
+  else
+    hdr->queue_tail.store(w + 1, std::memory_order_relaxed);
+  hdr->queue_head.store(w + 1, std::memory_order_relaxed);
+  s.state.store(kWaiting, std::memory_order_release);
+  add(hdr->waiters, 1);
+  set_gate_flags(kGateQueued, 0);
+  grant_queued(now, wakes);
+  wake_new_watchers(before, wakes);
 }
 
 void attachment::dequeue(std::uint32_t w) {
   waiter_slot& s = waiters[w];
-  if (s.prev != kNil)
-    waiters[s.prev - 1].next = s.next;
+  const std::uint32_t prev = s.prev.load(std::memory_order_relaxed);
+  const std::uint32_t next = s.next.load(std::memory_order_relaxed);
+  if (prev != kNil)
+    waiters[prev - 1].next.store(next, std::memory_order_relaxed);
   else
-    hdr->queue_head.store(s.next, std::memory_order_relaxed);
-  if (s.next != kNil)
-    waiters[s.next - 1].prev = s.prev;
+    hdr->queue_head.store(next, std::memory_order_relaxed);
+  if (next != kNil)
+    waiters[next - 1].prev.store(prev, std::memory_order_relaxed);
   else
-    hdr->queue_tail.store(s.prev, std::memory_order_relaxed);
-  s.prev = s.next = kNil;
+    hdr->queue_tail.store(prev, std::memory_order_relaxed);
+  s.prev.store(kNil, std::memory_order_relaxed);
+  s.next.store(kNil, std::memory_order_relaxed);
   add(hdr->waiters, -1);
   if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) set_gate_flags(0, kGateQueued);
 }
@@ -1129,26 +1335,45 @@ void attachment::dequeue(std::uint32_t w) {
 void attachment::free_waiter(std::uint32_t w, wake_list& wakes) {
   waiter_slot& s = waiters[w];
   if (s.state.load(std::memory_order_relaxed) == kWaiting) {
-    const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
+    const watchers before = queue_watchers();
     dequeue(w);
-    wake_new_head(head, wakes);
+    wake_new_watchers(before, wakes);
   }
   s.state.store(kWaiterFree, std::memory_order_release);
-  if (s.holder < hdr->holder_slots.load() && holders[s.holder].waiting.load() > 0)
-    add(holders[s.holder].waiting, -1);
+  const std::uint32_t holder = s.holder.load(std::memory_order_relaxed);
+  if (holder < hdr->holder_slots.load() && holders[holder].waiting.load() > 0)
+    add(holders[holder].waiting, -1);
+  push_free_waiter(w);
 }
 
-void attachment::wake_new_head(std::uint32_t old_head, wake_list& wakes) {
-  const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
-  if (head == kNil || head == old_head) return;
-  // It may be asleep for the long tick of a waiter behind the head; the
-  // bump makes a wait it is about to start return at once.
-  waiters[head - 1].seq.fetch_add(1, std::memory_order_release);
-  wakes.add(head - 1);
+void attachment::push_free_waiter(std::uint32_t w) {
+  waiters[w].next.store(hdr->free_waiter, std::memory_order_relaxed);
+  hdr->free_waiter = w + 1;
+}
+
+attachment::watchers attachment::queue_watchers() const {
+  watchers out;
+  out.head = hdr->queue_head.load(std::memory_order_acquire);
+  if (out.head != kNil && out.head <= hdr->waiter_slots.load(std::memory_order_relaxed))
+    out.second = waiters[out.head - 1].next.load(std::memory_order_relaxed);
+  return out;
+}
+
+void attachment::wake_new_watchers(const watchers& before, wake_list& wakes) {
+  const watchers now = queue_watchers();
+  // A new head may be asleep on the second's slow timer, a new second
+  // without any; the bump makes a wait it is about to start return at once.
+  auto wake_one = [&](std::uint32_t w) {
+    waiters[w - 1].seq.fetch_add(1, std::memory_order_release);
+    wakes.add(w - 1);
+  };
+  if (now.head != kNil && now.head != before.head) wake_one(now.head);
+  if (now.second != kNil && now.second != before.second && now.second != before.head)
+    wake_one(now.second);
 }
 
 void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
-  const std::uint32_t first = hdr->queue_head.load(std::memory_order_relaxed);
+  const watchers before = queue_watchers();
   for (;;) {
     const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
     if (head == kNil) break;
@@ -1156,13 +1381,33 @@ void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
     // Strict FIFO: a head that does not fit holds back everyone behind it.
     if (!admit(s.weight, true)) break;
     std::uint64_t id = 0, gen = 0;
-    grant(s.holder, s.weight, s.ttl_ms, now, id, gen, &s);
+    grant(s.holder.load(std::memory_order_relaxed), s.weight, s.ttl_ms, now, id, gen, &s);
     SHMSEM_HOOK(mid_handoff);
     record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
     dequeue(head - 1);
     tell(head - 1, kGranted, wakes);
   }
-  wake_new_head(first, wakes);
+  wake_new_watchers(before, wakes);
+}
+
+bool attachment::take_grant(std::uint32_t w, std::int64_t now, std::uint64_t& gen,
+                            std::uint64_t& id, wake_list& wakes) {
+  waiter_slot& s = waiters[w];
+  const std::uint32_t slot = s.lease.load(std::memory_order_relaxed);
+  gen = s.lease_gen.load(std::memory_order_relaxed);
+  id = s.permit_id.load(std::memory_order_relaxed);
+  switch (lease_state(slot, gen, id, now, nullptr)) {
+    case lease_status::held:
+      return true;
+    case lease_status::expired:
+      // Granted, but its TTL ran out before we came for it: nobody has
+      // reclaimed it yet. It was never ours to use.
+      end_lease(slot, slot_state(gen, kSlotHeld), kLostExpired, now, wakes);
+      return false;
+    default:
+      // Reclaimed (as expired) meanwhile, its slot perhaps a later lease.
+      return false;
+  }
 }
 
 void attachment::tell(std::uint32_t w, waiter_state state, wake_list& wakes) {
@@ -1173,11 +1418,11 @@ void attachment::tell(std::uint32_t w, waiter_state state, wake_list& wakes) {
 
 void attachment::reject_oversized(wake_list& wakes) {
   const std::int32_t cap = capacity();
-  const std::uint32_t first = hdr->queue_head.load(std::memory_order_relaxed);
-  std::uint32_t w = first;
+  const watchers before = queue_watchers();
+  std::uint32_t w = before.head;
   while (w != kNil) {
     waiter_slot& s = waiters[w - 1];
-    const std::uint32_t next = s.next;
+    const std::uint32_t next = s.next.load(std::memory_order_relaxed);
     if (s.weight > cap) {
       dequeue(w - 1);
       SHMSEM_HOOK(mid_handoff);
@@ -1185,7 +1430,7 @@ void attachment::reject_oversized(wake_list& wakes) {
     }
     w = next;
   }
-  wake_new_head(first, wakes);
+  wake_new_watchers(before, wakes);
 }
 
 // ---------------------------------------------------------------------------
@@ -1224,29 +1469,29 @@ int attachment::reap(std::int64_t now, wake_list& wakes, bool force_scan) {
     }
     lower_earliest_expiry(earliest);
   }
-  const std::uint32_t n = hdr->holder_slots.load();
-  const std::uint32_t me = self.load(std::memory_order_relaxed);
-  for (std::uint32_t h = 0; h < n; ++h) {
-    holder_record& r = holders[h];
-    if (h == me || r.state.load() != kHolderAttached) continue;
-    if (!file->locked_by_other(kTokenBase + h)) reap_holder(h, now, wakes);
-  }
+  const std::uint32_t n = std::min(hdr->holder_slots.load(), kMaxHolders);
+  for (std::uint32_t h = 0; h < n; ++h)
+    if (reapable(h)) reap_holder(h, now, wakes);
   const std::int32_t freed = before - used();
   return freed > 0 ? freed : 0;
 }
 
-bool attachment::reap_needed(std::int64_t now) const {
+bool attachment::watch(std::int64_t now) const {
   if (hdr->earliest_expiry_ns.load(std::memory_order_relaxed) <= now) return true;
   const std::int64_t due = hdr->resettle_due_ns.load(std::memory_order_relaxed);
   if (due != 0 && due <= now) return true;
-  const std::uint32_t n = hdr->holder_slots.load(std::memory_order_relaxed);
-  const std::uint32_t me = self.load(std::memory_order_relaxed);
-  for (std::uint32_t h = 0; h < n; ++h) {
-    const holder_record& r = holders[h];
-    if (h == me || r.state.load(std::memory_order_acquire) != kHolderAttached) continue;
-    if (!file->locked_by_other(kTokenBase + h)) return true;
-  }
+  const std::uint32_t n = std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders);
+  for (std::uint32_t h = 0; h < n; ++h)
+    if (reapable(h)) return true;
   return false;
+}
+
+bool attachment::head_gone() const {
+  const std::uint32_t head = hdr->queue_head.load(std::memory_order_acquire);
+  if (head == kNil || head > hdr->waiter_slots.load(std::memory_order_relaxed)) return false;
+  const std::uint32_t h = waiters[head - 1].holder.load(std::memory_order_relaxed);
+  if (h >= std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders)) return false;
+  return holders[h].state.load(std::memory_order_acquire) == kHolderAttached && holder_gone(h);
 }
 
 void attachment::wake(const wake_list& wakes) {

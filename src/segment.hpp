@@ -33,7 +33,10 @@ namespace shmsem::detail {
 /// `fast_admitted` (the gate has the seats, the slot is not yet held),
 /// `fast_releasing` (the slot says releasing, the gate still has the
 /// seats), `fast_released` (the gate has them back, the slot is not yet
-/// returned to the thread's cache).
+/// returned to the thread's cache). In the renewal thread, with a permit's
+/// renewal mutex held, before it extends the lease: `renewing`. In a
+/// blocked acquire that stopped waiting (granted, timed out, cancelled),
+/// before it takes the lock to leave the queue: `leaving`.
 namespace testing {
 enum class point {
   locked,
@@ -45,6 +48,8 @@ enum class point {
   fast_admitted,
   fast_releasing,
   fast_released,
+  renewing,
+  leaving,
 };
 /// The point's name as written above, for test names and reports.
 constexpr const char* point_name(point p) {
@@ -67,12 +72,19 @@ constexpr const char* point_name(point p) {
       return "fast_releasing";
     case point::fast_released:
       return "fast_released";
+    case point::renewing:
+      return "renewing";
+    case point::leaving:
+      return "leaving";
   }
   return "unknown";
 }
 using hook_fn = void (*)(point, std::string_view key);
 void set_hook(hook_fn fn);
 extern std::atomic<hook_fn> current_hook;
+/// Non-zero: a fork child acts as if it could not get a file description
+/// of its own (as at the descriptor limit with /proc unavailable).
+extern std::atomic<int> fail_reopen_after_fork;
 }  // namespace testing
 #define SHMSEM_HOOK(p)                                                                        \
   do {                                                                                        \
@@ -152,6 +164,11 @@ struct attachment {
   std::uint64_t pid_ns = 0;
 
   // Process-local state.
+  // Non-zero (an errno) in a fork child that could not get a file
+  // description of its own: sharing the parent's, its probes could not see
+  // the parent's token, and it would reap the live parent. Every locked
+  // operation then fails instead.
+  int broken_by_fork = 0;
   std::atomic<std::uint32_t> self{kNoSelf};  // our holder record, claimed lazily (segment lock)
   // Under the registry mutex:
   std::uint64_t serial = 0;            // unique among this process's attachments, never reused
@@ -230,7 +247,13 @@ struct attachment {
   void unreserve_slots(const std::uint32_t* slots, std::uint32_t n);
   /// Hands out a block of `n` permit ids; returns the first.
   std::uint64_t take_ids(std::uint64_t n);
+  /// True if holder record `holder` is attached and its process lives (or
+  /// is this one). Reads the lifeline; probes the token only when the
+  /// lifeline reads dead or is absent. Lock-free.
   bool holder_alive(std::uint32_t holder) const;
+  /// True if attached holder `holder` is not this process and its token is
+  /// gone: its process died. Lock-free; at most one system call.
+  bool holder_gone(std::uint32_t holder) const;
   /// Gives `weight` admitted seats (admit() took them) a lease slot of
   /// `holder`; returns the slot, and its id and generation. For a queued
   /// waiter, `to` is its slot: it learns the lease before the lease is
@@ -247,12 +270,23 @@ struct attachment {
   /// Reclaims dead holders' and expired leases; returns seats freed.
   int reap(std::int64_t now_ns, wake_list& wakes, bool force_scan = false);
   std::uint32_t enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms, std::int64_t now_ns);
+  /// [locked] Puts claimed waiter slot `w` at the tail of the queue.
+  void link_last(std::uint32_t w);
   void dequeue(std::uint32_t waiter);
   /// [locked] Frees a waiter slot, taking it out of the queue if it is in.
   void free_waiter(std::uint32_t waiter, wake_list& wakes);
-  /// [locked] If the queue's head is no longer `old_head`, wakes the new
-  /// one: only the head watches for dead holders at the short tick.
-  void wake_new_head(std::uint32_t old_head, wake_list& wakes);
+  /// The waiters that watch (1-based, kNil: none): the head, which watches
+  /// the holders, and the one behind it, which watches the head. Lock-free
+  /// (a hint), or exact under the lock.
+  struct watchers {
+    std::uint32_t head = layout::kNil;
+    std::uint32_t second = layout::kNil;
+  };
+  watchers queue_watchers() const;
+  /// [locked] Wakes the waiters that took up a watch since `before` (the
+  /// head and the second in line, as queue_watchers() said then): the
+  /// others sleep without a timer, so they must be told.
+  void wake_new_watchers(const watchers& before, wake_list& wakes);
   void reject_oversized(wake_list& wakes);
   /// [locked] Gives queued waiter `w` its fate (kGranted, kRejected) and
   /// adds it to `wakes`; the caller has taken it out of the queue.
@@ -260,14 +294,41 @@ struct attachment {
   /// Grows the lease table to hold `slots` (fallocate); throws SegmentError.
   void grow_leases(std::uint32_t slots);
   void hold_sample(std::int64_t ns);
-  /// Checks that `slot` still holds lease (`gen`, `id`) for this process, unexpired.
+  /// What became of lease (`slot`, `gen`, `id`) as this process sees it.
+  enum class lease_status {
+    held,     // live, ours, unexpired
+    expired,  // still in its slot, ours, but past its expiry: reclaim it as expired
+    lost,     // ended (released, expired, reaped or force-released); `why` says how
+    foreign,  // held, but by another process (a permit inherited across fork)
+  };
+  lease_status lease_state(std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
+                           std::int64_t now_ns, loss* why) const;
+  /// lease_state() == held.
   bool holds(std::uint32_t slot, std::uint64_t gen, std::uint64_t id, std::int64_t now_ns,
-             loss* why) const;
+             loss* why) const {
+    return lease_state(slot, gen, id, now_ns, why) == lease_status::held;
+  }
+  /// [locked] Takes the lease granted to waiter `w` (state kGranted). True
+  /// if it is still held and unexpired: `gen` and `id` are then set. False
+  /// if its TTL ran out before the waiter came for it; the lease is then
+  /// ended (as expired) if nobody did it yet, and the waiter is not served.
+  bool take_grant(std::uint32_t w, std::int64_t now_ns, std::uint64_t& gen, std::uint64_t& id,
+                  wake_list& wakes);
+  /// [locked] Puts waiter `w`, whose grant lapsed, back at the head of the
+  /// queue: it was first in line when it was served.
+  void requeue_first(std::uint32_t w, std::int64_t now_ns, wake_list& wakes);
 
   // --- lock-free
-  /// Cheap check (no lock) whether reap() would find anything: a dead
-  /// holder, or a lease past its expiry.
-  bool reap_needed(std::int64_t now_ns) const;
+  /// The head waiter's watch (no lock): true if reap() would find anything:
+  /// a lease past its expiry, a recount due, or a dead process among the
+  /// holders that can owe seats (a lease slot or a waiter of theirs). Reads
+  /// their lifelines; a system call only for one that reads dead or has
+  /// none. Its cost grows with the holders that owe seats, never with the
+  /// processes merely attached.
+  bool watch(std::int64_t now_ns) const;
+  /// The second waiter's watch (no lock): true if the head of the queue
+  /// belongs to a dead process (nobody else would notice it).
+  bool head_gone() const;
   /// Wakes the waiters a locked operation collected.
   void wake(const wake_list& wakes);
   /// The smoothed utilization at `now_ns`, taking the current level as a
@@ -291,8 +352,19 @@ struct attachment {
   void grow_table(std::atomic<std::uint32_t>& count, Slot* table, std::size_t offset,
                   std::uint32_t max, const char* what);
   void reap_holder(std::uint32_t holder, std::int64_t now_ns, wake_list& wakes);
-  /// [locked] Puts `slot` on the free list.
+  /// [locked] Puts `slot` on the free list (its holder owes it no more).
   void free_slot(std::uint32_t slot, std::uint64_t gen);
+  /// [locked] Records that `slot` (just taken off the free list) is now
+  /// `holder`'s.
+  void own_slot(std::uint32_t slot, std::uint32_t holder);
+  /// [locked] Whether reap() should reap holder `h`: its process died, and
+  /// it owes seats, or its lifeline says it died (its record is reusable).
+  bool reapable(std::uint32_t h) const;
+  /// [locked] Takes a free holder record for this process, or kNoSelf.
+  std::uint32_t take_free_holder(wake_list& wakes);
+  /// [locked] Puts holder record `h` (or waiter slot `w`) on its free list.
+  void free_holder_record(std::uint32_t h);
+  void push_free_waiter(std::uint32_t w);
   /// [locked] Takes a slot off the free list (or a new one), growing the
   /// table when every slot is a lease or reserved. Throws SegmentError.
   std::uint32_t take_free_slot();

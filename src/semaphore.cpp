@@ -30,7 +30,12 @@ std::atomic<std::uint64_t> next_handle_id{1};
 // and a 10 ms tick measured 0.8-1.3%), and a dead holder's seats still come
 // back within about 20 ms (the limit is 50 ms).
 constexpr std::int64_t kHeadTickNs = 20'000'000;
-constexpr std::int64_t kOtherTickNs = 500'000'000;  // the others, in case the head is gone
+// The second in line checks that the head is alive. Rarely needed (a dead
+// head is also found by the next release), so it can be slow.
+constexpr std::int64_t kSecondTickNs = 500'000'000;
+// Everyone else checks the same, slower still: for when the head and the
+// second died together (a host's OOM killer takes several at once).
+constexpr std::int64_t kOtherTickNs = 2'000'000'000;
 
 void check_weight(int n, const char* what) {
   if (n < 1)
@@ -312,6 +317,8 @@ bool shut_down(const handle& h) {
 // queue, after reclaiming dead holders' and expired seats if that helps.
 bool admits_now(attachment& a, int n, std::int64_t now, detail::wake_list& wakes) {
   if (a.admit(n, false)) return true;
+  // Behind a queue nothing reaped would be ours; the head waiter watches.
+  if (a.gate() & detail::layout::kGateQueued) return false;
   a.reap(now, wakes);
   return a.admit(n, false);
 }
@@ -344,8 +351,19 @@ std::optional<Permit> try_acquire_locked(handle& h, const acquisition& q,
                                          detail::thread_entry* entry);
 }  // namespace
 
+// True for a weight that is below 1 or above any capacity: the cold
+// branch of acquire() and try_acquire(), one comparison on the hot path.
+// Such a weight never reaches the gate, whose fields it could overflow.
+static bool odd_weight(int n) {
+  return static_cast<unsigned>(n) - 1u >= static_cast<unsigned>(kMaxCapacity);
+}
+
 Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
-  if (n < 1) detail::check_weight(n, "acquire()");
+  if (odd_weight(n)) [[unlikely]] {
+    detail::check_weight(n, "acquire()");
+    // More than any capacity: the locked path refuses it.
+    return acquire_locked(*h_, opts, resolve(*h_, n, opts), nullptr);
+  }
   handle& h = *h_;
   attachment& a = *h.att;
   const acquisition q = resolve(h, n, opts);
@@ -451,76 +469,99 @@ namespace {
   std::uint32_t wakeups = 0;
   Reason reason = Reason::timeout;
   bool granted = false;
-  for (;;) {
-    const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
-    const std::uint32_t st = slot.state.load(std::memory_order_acquire);
-    if (st == detail::layout::kGranted) {
-      granted = true;
-      break;
-    }
-    if (st == detail::layout::kRejected) {
-      reason = Reason::exceeds_capacity;
-      break;
-    }
-    if (opts.stop.stop_requested()) {
-      reason = Reason::cancelled;
-      break;
-    }
-    if (h.shut.load() || detail::process_shut_down.load()) {
-      reason = Reason::shutdown;
-      break;
-    }
-    const std::int64_t now = sys::precise_now_ns();
-    if (now >= deadline) {
-      reason = Reason::timeout;
-      break;
-    }
-    // The head of the queue is the watcher: it checks for dead holders and
-    // expired leases every 20 ms. The others check every 500 ms, in case
-    // the head itself is dead or stopped. Nobody spins, and 50 idle waiters
-    // cost about 150 wakeups a second in all.
-    const bool head = a.hdr->queue_head.load(std::memory_order_relaxed) == w + 1;
-    const std::int64_t tick = now + (head ? detail::kHeadTickNs : detail::kOtherTickNs);
-    const auto r = sys::futex_wait(&slot.seq, seq, std::min(deadline, tick));
-    if (r == sys::wait_result::woken) ++wakeups;
-    // Also serve the queue if the head fits: a releaser that gave its seats
-    // back without the lock may have died before handing them on.
-    if (r == sys::wait_result::timed_out && (a.reap_needed(detail::lease_clock()) ||
-                                             (head && detail::layout::gate_fits(a.gate(), n)))) {
-      locked lk(a, deadline);
-      if (lk.owns()) {
-        a.reap(detail::lease_clock(), lk.wakes);
-        a.grant_queued(detail::lease_clock(), lk.wakes);
-      }
-    }
-  }
-
-  // --- leave the queue; keep or give back a grant that raced with us ---
   std::uint32_t lease = 0;
   std::uint64_t id = 0, gen = 0;
   std::int64_t granted_ns = 0;
-  {
+  for (;;) {
+    for (;;) {
+      const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
+      const std::uint32_t st = slot.state.load(std::memory_order_acquire);
+      if (st == detail::layout::kGranted) {
+        granted = true;
+        break;
+      }
+      if (st == detail::layout::kRejected) {
+        reason = Reason::exceeds_capacity;
+        break;
+      }
+      if (opts.stop.stop_requested()) {
+        reason = Reason::cancelled;
+        break;
+      }
+      if (h.shut.load() || detail::process_shut_down.load()) {
+        reason = Reason::shutdown;
+        break;
+      }
+      const std::int64_t now = sys::precise_now_ns();
+      if (now >= deadline) {
+        reason = Reason::timeout;
+        break;
+      }
+      // The head keeps watch: every kHeadTickNs it checks the holders that
+      // can owe seats for dead processes and expired leases. The others
+      // only check that the head itself is alive (nobody else would
+      // notice): the one behind it every kSecondTickNs, the rest, in case
+      // both died, every kOtherTickNs. Whoever takes up the watch, or the
+      // place behind it, is woken to start it.
+      const auto watch = a.queue_watchers();
+      const bool head = watch.head == w + 1;
+      const bool second = watch.second == w + 1;
+      const std::int64_t tick = head     ? detail::kHeadTickNs
+                                : second ? detail::kSecondTickNs
+                                         : detail::kOtherTickNs;
+      const std::int64_t until = std::min(deadline, now + tick);
+      const auto r = sys::futex_wait(&slot.seq, seq, until);
+      if (r == sys::wait_result::woken) ++wakeups;
+      if (r != sys::wait_result::timed_out) continue;
+      // Also serve the queue if the head fits: a releaser that gave its
+      // seats back without the lock may have died before handing them on.
+      const bool act =
+          head ? a.watch(detail::lease_clock()) || detail::layout::gate_fits(a.gate(), n)
+               : a.head_gone();
+      if (act) {
+        locked lk(a, deadline);
+        if (lk.owns()) {
+          a.reap(detail::lease_clock(), lk.wakes);
+          a.grant_queued(detail::lease_clock(), lk.wakes);
+        }
+      }
+    }
+
+    // --- leave the queue; keep or give back a grant that raced with us ---
+    {
+      [[maybe_unused]] const std::string_view key = a.key;
+      SHMSEM_HOOK(leaving);
+    }
     locked lk(a, sys::kNever);
-    const std::uint32_t st = slot.state.load(std::memory_order_acquire);
-    if (st == detail::layout::kGranted) {
+    const std::int64_t now = detail::lease_clock();
+    if (slot.state.load(std::memory_order_acquire) == detail::layout::kGranted) {
       lease = slot.lease.load(std::memory_order_relaxed);
-      id = slot.permit_id.load(std::memory_order_relaxed);
-      const std::uint64_t held = a.leases[lease].state.load(std::memory_order_acquire);
-      gen = detail::layout::state_gen(held);
-      granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
-      if (granted || reason == Reason::timeout) {
+      if (!a.take_grant(w, now, gen, id, lk.wakes)) {
+        // Its TTL ran out before we came for it: it was never ours. Back
+        // to the head of the queue, within what is left of the budget.
+        granted = false;
+        if (reason == Reason::timeout && sys::precise_now_ns() < deadline) {
+          a.requeue_first(w, now, lk.wakes);
+          continue;
+        }
+      } else if (granted || reason == Reason::timeout) {
         // A grant that arrived as the budget ran out is still a grant.
         granted = true;
+        granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
         detail::pin(a, +1);
       } else {
         // Cancelled or shut down: a seat won meanwhile goes back quietly.
-        a.end_lease(lease, held, detail::layout::kLostReleased, detail::lease_clock(), lk.wakes);
+        a.end_lease(lease, detail::layout::slot_state(gen, detail::layout::kSlotHeld),
+                    detail::layout::kLostReleased, now, lk.wakes);
       }
+    } else {
+      granted = false;
     }
     a.free_waiter(w, lk.wakes);
     // Our leaving may let the requests behind us in (a big head that left).
     if (!granted && a.hdr->queue_head.load(std::memory_order_relaxed) != detail::layout::kNil)
-      a.grant_queued(detail::lease_clock(), lk.wakes);
+      a.grant_queued(now, lk.wakes);
+    break;
   }
   {
     std::lock_guard g(h.waits_mu);
@@ -550,7 +591,10 @@ namespace {
 }  // namespace
 
 std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) {
-  if (n < 1) detail::check_weight(n, "try_acquire()");
+  if (odd_weight(n)) [[unlikely]] {
+    detail::check_weight(n, "try_acquire()");
+    return try_acquire_locked(*h_, resolve(*h_, n, opts), nullptr);
+  }
   handle& h = *h_;
   attachment& a = *h.att;
   const acquisition q = resolve(h, n, opts);
@@ -824,7 +868,7 @@ bool Semaphore::wait_idle(std::chrono::milliseconds timeout) {
       idle = true;
       break;
     }
-    if (a.reap_needed(detail::lease_clock())) {
+    if (a.watch(detail::lease_clock())) {
       locked lk(a, deadline);
       if (lk.owns()) a.reap(detail::lease_clock(), lk.wakes);
       continue;

@@ -1,6 +1,10 @@
 #include "sys/robust_mutex.hpp"
 
+#include <linux/futex.h>
+
+#include <atomic>
 #include <cerrno>
+#include <cstddef>
 
 #include "sys/clock.hpp"
 
@@ -55,6 +59,27 @@ void robust_mutex_make_consistent(pthread_mutex_t* m) {
 
 void robust_mutex_unlock(pthread_mutex_t* m) {
   pthread_mutex_unlock(m);
+}
+
+lock_result robust_mutex_trylock(pthread_mutex_t* m) {
+  switch (pthread_mutex_trylock(m)) {
+    case 0:
+      return lock_result::locked;
+    case EOWNERDEAD:
+      return lock_result::owner_died;
+    case EBUSY:
+      return lock_result::timed_out;
+    default:
+      return lock_result::unrecoverable;
+  }
+}
+
+bool robust_mutex_owner_alive(const pthread_mutex_t* m) {
+  // glibc's pthread_mutex_t begins with the futex word (__data.__lock).
+  static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0);
+  const auto* word = reinterpret_cast<const std::atomic<std::uint32_t>*>(m);
+  const std::uint32_t w = word->load(std::memory_order_acquire);
+  return (w & FUTEX_TID_MASK) != 0 && (w & FUTEX_OWNER_DIED) == 0;
 }
 
 }  // namespace shmsem::sys

@@ -1,7 +1,8 @@
-// sys/robust_mutex.hpp: the segment lock, a process-shared robust pthread
-// mutex. When its owner dies the kernel marks it, and the next locker gets
-// lock_result::owner_died: it must repair the protected state, then call
-// make_consistent() before unlocking, or the mutex is lost for good.
+// sys/robust_mutex.hpp: process-shared robust pthread mutexes: the segment
+// lock, and each holder record's lifeline. When its owner dies the kernel
+// marks it, and the next locker gets lock_result::owner_died: it must repair
+// the protected state, then call make_consistent() before unlocking, or the
+// mutex is lost for good.
 #pragma once
 
 #include <pthread.h>
@@ -23,5 +24,16 @@ lock_result robust_mutex_lock(pthread_mutex_t* m, std::int64_t deadline_ns);
 void robust_mutex_make_consistent(pthread_mutex_t* m);
 
 void robust_mutex_unlock(pthread_mutex_t* m);
+
+/// Locks without waiting: locked, owner_died (then locked too), or
+/// timed_out when another thread holds it.
+lock_result robust_mutex_trylock(pthread_mutex_t* m);
+
+/// Reads the owner word of a robust mutex, without any lock, and tells
+/// whether a live thread holds it: its thread id is in the word and the
+/// kernel has not marked it FUTEX_OWNER_DIED. This is the kernel's robust
+/// futex ABI (the word glibc's robust list points the kernel at), not a
+/// glibc detail: the kernel writes it when the owner dies.
+bool robust_mutex_owner_alive(const pthread_mutex_t* m);
 
 }  // namespace shmsem::sys

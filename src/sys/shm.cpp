@@ -95,16 +95,60 @@ int shm_file::allocate(std::uint64_t off, std::uint64_t len) {
 }
 
 int shm_file::reopen_description() {
-  const std::string self = "/proc/self/fd/" + std::to_string(fd());
+  // dup3() and mmap(MAP_FIXED) bypass Boost.Interprocess on purpose: the
+  // object must keep its descriptor number and the mapping its address
+  // (Permits point into it), and Boost has no way to swap what is under
+  // them in place.
+  const int old = fd();
+  const std::string self = "/proc/self/fd/" + std::to_string(old);
   int nfd = ::open(self.c_str(), O_RDWR | O_CLOEXEC);
-  if (nfd < 0) return errno;
-  int r = ::dup3(nfd, fd(), O_CLOEXEC);
-  int e = r < 0 ? errno : 0;
-  ::close(nfd);
+  if (nfd < 0 && (errno == EMFILE || errno == ENFILE)) {
+    // No descriptor to spare: give up ours (the mapping keeps the file
+    // alive) and open the file by name. The lowest free number, ours, is
+    // the one it gets, unless another thread took it meanwhile.
+    struct ::stat before, after;
+    if (::fstat(old, &before) != 0) return errno;
+    ::close(old);
+    const char* name = impl_->object.get_name();  // Boost keeps shm_open's "/name"
+    const std::string path = std::string(kShmDir) + (name[0] == '/' ? "" : "/") + name;
+    nfd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0) {
+      const int e = errno;
+      ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // the number stays ours, for the destructor
+      return e;
+    }
+    if (::fstat(nfd, &after) != 0 || after.st_ino != before.st_ino ||
+        after.st_dev != before.st_dev) {
+      ::close(nfd);
+      ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      return ESTALE;  // removed or replaced since: not the semaphore we mapped
+    }
+  } else if (nfd < 0) {
+    return errno;
+  }
+  int e = 0;
+  if (nfd != old) {
+    if (::dup3(nfd, old, O_CLOEXEC) < 0) e = errno;
+    ::close(nfd);
+  }
   if (e == 0 && base_ != nullptr &&
-      ::mmap(base_, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd(), 0) == MAP_FAILED)
+      ::mmap(base_, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, old, 0) == MAP_FAILED)
     e = errno;
   return e;
+}
+
+void shm_file::abandon() noexcept {
+  if (base_ != nullptr)
+    ::mmap(base_, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  const int old = fd();
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd >= 0) {
+    ::dup3(null_fd, old, O_CLOEXEC);
+    ::close(null_fd);
+  } else {
+    ::close(old);
+    ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // lands on the number just freed
+  }
 }
 
 namespace {

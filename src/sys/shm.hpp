@@ -45,8 +45,14 @@ class shm_file {
   /// same file, and remaps the mapping onto it in place (after fork, so the
   /// child's OFD locks are its own: a mapping holds a reference to its file
   /// description too, and would keep the parent's liveness token alive).
-  /// Returns errno or 0.
+  /// At the descriptor limit it gives up its own descriptor first and opens
+  /// the file by name (checking it is the same file). Returns errno or 0.
   int reopen_description();
+  /// Lets go of the file without letting go of the memory: the mapping is
+  /// replaced by private anonymous memory and the descriptor by /dev/null,
+  /// so nothing of this process refers to the file's open file description
+  /// any more (for a fork child that could not reopen it). Best effort.
+  void abandon() noexcept;
 
   /// Open-file-description byte locks (F_OFD_*): held per open file
   /// description and dropped by the kernel when the last fd to it closes,

@@ -70,6 +70,38 @@ TEST(ArgumentValidation, AcquireAndTryAcquireRejectBadWeightsAndDurations) {
   EXPECT_TRUE(test::stats_add_up(sem));
 }
 
+// A weight above the capacity, or above what the admission word can hold,
+// is refused before it meets that word: added to the seats in use it would
+// overflow into the capacity. The lock-free path is primed (this thread has
+// acquired before) and a seat is held, so the sum is not zero.
+TEST(ArgumentValidation, WeightsAboveTheCapacityAreRefusedAndLeaveTheGateAlone) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 4);
+  sem.acquire().release();  // this thread now acquires without the lock
+  Permit held = sem.acquire();
+  for (int n : {5, 6, 1 << 20, (1 << 21) - 1, 1 << 21, kMaxCapacity, kMaxCapacity + 1, INT_MAX - 1,
+                INT_MAX}) {
+    EXPECT_FALSE(sem.try_acquire(n).has_value()) << n;
+    try {
+      sem.acquire(n, {.wait_timeout = 0ms});
+      ADD_FAILURE() << "acquire(" << n << ") of 4 seats went through";
+    } catch (const AcquisitionError& e) {
+      EXPECT_EQ(e.reason(), Reason::exceeds_capacity) << n;
+    }
+    ASSERT_EQ(sem.capacity(), 4) << "n = " << n << " changed the capacity";
+    ASSERT_EQ(sem.used(), 1) << n;
+  }
+  // The boundary itself still fits.
+  auto rest = sem.try_acquire(3);
+  ASSERT_TRUE(rest.has_value());
+  EXPECT_EQ(sem.used(), 4);
+  EXPECT_FALSE(sem.try_acquire(1).has_value());
+  rest->release();
+  held.release();
+  EXPECT_EQ(sem.used(), 0);
+  EXPECT_TRUE(test::stats_add_up(sem));
+}
+
 TEST(ArgumentValidation, AdministrationRejectsBadCapacities) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 2);

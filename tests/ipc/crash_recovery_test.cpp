@@ -5,8 +5,11 @@
 #include <unistd.h>
 #include <shmsem/shmsem.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <thread>
+#include <vector>
 
 #include "seat_holder.hpp"
 #include "segment.hpp"
@@ -102,6 +105,38 @@ TEST(CrashRecovery, DeadWaiterDoesNotBlockTheQueue) {
   auto p = s.acquire(1, {.wait_timeout = 30s});
   EXPECT_TRUE(p.is_held());
   EXPECT_EQ(s.waiters(), 0);
+}
+
+// Only the head of the queue watches the holders, and only the one behind
+// it watches the head, closely. When the holder, the head and the second
+// all die at once, the waiters behind them must still notice.
+TEST(CrashRecovery, HolderHeadAndSecondDyingTogetherDoNotStallTheQueue) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  test::seat_holder holder(k.str(), 1, 1);
+  std::vector<child_process> doomed;
+  for (int i = 0; i < 2; ++i) {
+    doomed.emplace_back([&] {
+      Semaphore::open(k, 1).acquire();
+      return 0;
+    });
+    ASSERT_TRUE(test::eventually([&] { return s.waiters() == i + 1; }));
+  }
+  std::atomic<bool> queued{false};
+  auto third = std::async(std::launch::async, [&] {
+    queued = true;
+    return s.acquire(1, {.wait_timeout = 60s});
+  });
+  ASSERT_TRUE(test::eventually([&] { return queued && s.waiters() == 3; }));
+  holder.proc.kill(SIGKILL);
+  for (auto& c : doomed) c.kill(SIGKILL);
+  const auto start = std::chrono::steady_clock::now();
+  Permit p = third.get();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(p.is_held());
+  EXPECT_EQ(s.waiters(), 0);
+  // A slow watchdog, not an event: seconds, within a generous bound.
+  EXPECT_LT(took, 20s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
 }
 
 void die_in(detail::testing::point p, std::string_view) {

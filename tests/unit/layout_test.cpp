@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -20,10 +21,13 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(segment_header, created_realtime_ns), 24u);
   EXPECT_EQ(offsetof(segment_header, ewma_base_ns), 32u);
   EXPECT_EQ(offsetof(segment_header, key), 40u);
+  EXPECT_EQ(offsetof(segment_header, fencing), 296u);
+  EXPECT_EQ(offsetof(segment_header, fairness), 300u);
   EXPECT_EQ(offsetof(segment_header, mutex), 320u);
   EXPECT_EQ(offsetof(segment_header, gate), 4032u);
   EXPECT_EQ(offsetof(segment_header, earliest_expiry_ns), 4040u);
   EXPECT_EQ(offsetof(segment_header, idle_waiters), 4048u);
+  EXPECT_EQ(offsetof(segment_header, next_fence), 4056u);
   EXPECT_EQ(offsetof(segment_header, waiters), 384u);
   EXPECT_EQ(offsetof(segment_header, holder_slots), 388u);
   EXPECT_EQ(offsetof(segment_header, waiter_slots), 392u);
@@ -35,10 +39,12 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(segment_header, free_lease), 420u);
   EXPECT_EQ(offsetof(segment_header, queue_head), 424u);
   EXPECT_EQ(offsetof(segment_header, queue_tail), 428u);
+  EXPECT_EQ(offsetof(segment_header, free_holder), 432u);
   EXPECT_EQ(offsetof(segment_header, next_permit_id), 440u);
   EXPECT_EQ(offsetof(segment_header, next_ticket), 448u);
   EXPECT_EQ(offsetof(segment_header, resettle_due_ns), 456u);
   EXPECT_EQ(offsetof(segment_header, resettle_backoff_ns), 464u);
+  EXPECT_EQ(offsetof(segment_header, free_waiter), 472u);
   EXPECT_EQ(offsetof(segment_header, stats), 512u);
 
   EXPECT_EQ(offsetof(holder_record, state), 0u);
@@ -50,6 +56,11 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(holder_record, waiting), 32u);
   EXPECT_EQ(offsetof(holder_record, threads), 36u);
   EXPECT_EQ(offsetof(holder_record, comm), 40u);
+  EXPECT_EQ(offsetof(holder_record, leases), 56u);
+  EXPECT_EQ(offsetof(holder_record, next_free), 60u);
+  EXPECT_EQ(offsetof(holder_record, lifeline), 64u);
+  EXPECT_EQ(offsetof(holder_record, lifeline_state), 104u);
+  EXPECT_EQ(sizeof(holder_record), 128u);
 
   EXPECT_EQ(offsetof(thread_record, state), 0u);
   EXPECT_EQ(offsetof(thread_record, holder), 4u);
@@ -64,8 +75,9 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(waiter_slot, prev), 16u);
   EXPECT_EQ(offsetof(waiter_slot, next), 20u);
   EXPECT_EQ(offsetof(waiter_slot, lease), 24u);
+  EXPECT_EQ(offsetof(waiter_slot, ttl_ms), 28u);
   EXPECT_EQ(offsetof(waiter_slot, permit_id), 32u);
-  EXPECT_EQ(offsetof(waiter_slot, ttl_ms), 40u);
+  EXPECT_EQ(offsetof(waiter_slot, lease_gen), 40u);
   EXPECT_EQ(offsetof(waiter_slot, enqueued_ns), 48u);
   EXPECT_EQ(offsetof(waiter_slot, ticket), 56u);
 
@@ -83,14 +95,14 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
 
 TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kHoldersOffset, 4096u);
-  EXPECT_EQ(kWaitersOffset, 4096u + 64u * 4096u);
+  EXPECT_EQ(kWaitersOffset, 4096u + 128u * 4096u);
   // Half a page off, and then back on a page boundary: see kThreadsOffset.
-  EXPECT_EQ(kThreadsOffset, 4096u + 64u * 4096u + 64u * 16384u + 2048u);
-  EXPECT_EQ(kLeasesOffset, 4096u + 64u * 4096u + 64u * 16384u + 128u * 4096u + 4096u);
+  EXPECT_EQ(kThreadsOffset, 4096u + 128u * 4096u + 64u * 16384u + 2048u);
+  EXPECT_EQ(kLeasesOffset, 4096u + 128u * 4096u + 64u * 16384u + 128u * 4096u + 4096u);
   EXPECT_EQ(kThreadsOffset % 4096u, 2048u);
   EXPECT_EQ(kLeasesOffset % 4096u, 0u);
   EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
-  EXPECT_EQ(kLayoutVersion, 2u);
+  EXPECT_EQ(kLayoutVersion, 3u);
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
 }
 
@@ -101,6 +113,13 @@ TEST(Layout, GateWordHoldsSeatsCapacityAndFlags) {
   EXPECT_EQ(g & kGateFlags, kGateQueued);
   EXPECT_TRUE(gate_fits(g, 999'993));
   EXPECT_FALSE(gate_fits(g, 999'994));
+  // No weight can overflow the check, whatever the gate holds.
+  EXPECT_FALSE(gate_fits(g, INT32_MAX));
+  EXPECT_FALSE(gate_fits(make_gate(1, 4, 0), INT32_MAX));
+  EXPECT_FALSE(gate_fits(make_gate(static_cast<std::int32_t>(kSeatMask), 4, 0), 1));
+  EXPECT_FALSE(gate_fits(make_gate(5, 4, 0), 1));  // above a shrunk capacity
+  EXPECT_TRUE(gate_fits(make_gate(3, 4, 0), 1));
+  EXPECT_FALSE(gate_fits(make_gate(3, 4, 0), 2));
   // The fast path adds and removes seats with plain arithmetic on the word.
   EXPECT_EQ(gate_used(g + 3), 10);
   EXPECT_EQ(gate_capacity(g + 3), 1'000'000);
@@ -175,6 +194,12 @@ TEST(Layout, EachDefectIsNamed) {
   h->thread_slots.store(kMaxThreads + 1);
   EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
   h->thread_slots.store(kInitialThreads);
+  h->free_holder = kInitialHolders + 1;  // a free list that leaves the table
+  EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
+  h->free_holder = kNil;
+  h->free_waiter = kInitialWaiters + 1;
+  EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
+  h->free_waiter = kNil;
   h->key_size = 0;
   EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
   h->key_size = 3;

@@ -1,0 +1,164 @@
+// fork_test.cpp: fork() at the worst moments. A child forked at the file
+// descriptor limit, a child that cannot get a file description of its own,
+// and a child forked while the parent's renewal thread is extending a lease.
+// None of them may reap the live parent, use the parent's liveness token,
+// or hang.
+#include <shmsem/shmsem.hpp>
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "segment.hpp"
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+using test::child_process;
+using test::pipe_channel;
+using test::unique_key;
+
+// Lowers the descriptor limit and fills the table, so that the next open()
+// of this process (and of a child forked now) fails with EMFILE.
+void use_up_descriptors() {
+  const rlimit low{64, 64};
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  while (::open("/dev/null", O_RDONLY) >= 0) {
+  }
+  ASSERT_EQ(errno, EMFILE);
+}
+
+// Forks, runs `body` in the child and returns its exit status, or -1 if it
+// did not end within 20 s (it hung).
+int fork_and_wait(const std::function<int()>& body) {
+  child_process c(body);
+  return c.wait(20s);
+}
+
+TEST(Fork, AtTheDescriptorLimitTheChildStillGetsItsOwnTokenAndNeverReapsTheParent) {
+  unique_key k;
+  child_process parent([&] {
+    auto s = Semaphore::open(k, 1);
+    Permit p = s.acquire();  // the only seat, and a holder record with a token
+    use_up_descriptors();
+    const int child = fork_and_wait([&] {
+      // The child's probes must see the parent's token: it is alive.
+      if (s.try_acquire().has_value()) return 2;
+      if (s.reap() != 0) return 3;
+      return 0;
+    });
+    if (child != 0) return 10 + child;
+    return p.is_held() && s.used() == 1 ? 0 : 4;
+  });
+  EXPECT_EQ(parent.wait(), 0)
+      << "10+2: the child at the descriptor limit took the live parent's seat; 10+3: it "
+         "reaped the parent";
+}
+
+TEST(Fork, AChildThatCannotGetItsOwnDescriptionRefusesTheSemaphoreLoudly) {
+  unique_key k;
+  child_process parent([&] {
+    auto s = Semaphore::open(k, 1);
+    Permit p = s.acquire();
+    detail::testing::fail_reopen_after_fork = 1;
+    const int child = fork_and_wait([&] {
+      detail::testing::fail_reopen_after_fork = 0;
+      try {
+        s.try_acquire();
+        return 2;  // it used the parent's description
+      } catch (const SegmentError& e) {
+        if (std::string(e.what()).find(k.str()) == std::string::npos) return 3;
+      }
+      // Opened afresh, the semaphore works, and the parent is seen alive.
+      auto again = Semaphore::open(k, 1);
+      if (again.try_acquire().has_value()) return 4;
+      return 0;
+    });
+    detail::testing::fail_reopen_after_fork = 0;
+    if (child != 0) return 10 + child;
+    return p.is_held() && s.used() == 1 ? 0 : 5;
+  });
+  EXPECT_EQ(parent.wait(), 0) << "10+2: the child used the semaphore through the parent's "
+                                 "description; 10+3: the error did not name the key; 10+4: a "
+                                 "fresh open took the live parent's seat";
+}
+
+TEST(Fork, AChildThatCannotGetItsOwnDescriptionDoesNotKeepTheParentAlive) {
+  unique_key k;
+  pipe_channel forked, done;
+  child_process parent([&] {
+    auto s = Semaphore::open(k, 1);
+    Permit p = s.acquire();
+    detail::testing::fail_reopen_after_fork = 1;
+    if (::fork() == 0) {
+      forked.send();
+      done.receive(60s);
+      ::_exit(0);
+    }
+    ::pause();
+    return 0;
+  });
+  ASSERT_EQ(forked.receive(), '.');
+  parent.kill(SIGKILL);
+  // The child let go of the parent's description: the parent's death shows.
+  auto s = Semaphore::open(k, 1);
+  EXPECT_TRUE(s.try_acquire().has_value());
+  done.send();
+}
+
+// The renewal thread holds a permit's renewal mutex while it extends the
+// lease; a fork at that moment copies the mutex locked, into a child where
+// that thread does not exist.
+std::atomic<bool> renewal_parked{false};
+int park_read_fd = -1;
+int parked_write_fd = -1;
+void park_renewal(detail::testing::point p, std::string_view) {
+  if (p != detail::testing::point::renewing || renewal_parked.exchange(true)) return;
+  char c = '.';
+  (void)!::write(parked_write_fd, &c, 1);
+  (void)!::read(park_read_fd, &c, 1);
+}
+
+TEST(Fork, ForkDuringARenewalLeavesTheChildFreeToDropTheParentsPermit) {
+  unique_key k;
+  child_process parent([&] {
+    pipe_channel parked, unpark;
+    park_read_fd = unpark.read_fd();
+    parked_write_fd = parked.write_fd();
+    detail::testing::set_hook(park_renewal);
+    auto s = Semaphore::open(k, 1);
+    Permit p = s.acquire(1, {.ttl = 300ms, .auto_renew = true});
+    if (parked.receive() != '.') return 2;  // the renewal thread is inside, mutex held
+    const int child = fork_and_wait([&] {
+      // The child's copy of the permit is the parent's: dropping it, and
+      // extending it, must return (with an error for extend), not hang.
+      try {
+        p.extend(1s);
+        return 3;
+      } catch (const ExtensionError&) {
+      }
+      try {
+        p.release();
+      } catch (const PermitNotHeldError&) {
+      }
+      return 0;
+    });
+    unpark.send();
+    if (child != 0) return 10 + (child < 0 ? 9 : child);
+    p.release();
+    return s.used() == 0 ? 0 : 4;
+  });
+  EXPECT_EQ(parent.wait(), 0) << "19: the child hung on the inherited renewal";
+}
+
+}  // namespace
+}  // namespace shmsem
