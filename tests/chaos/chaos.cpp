@@ -23,6 +23,12 @@
 // library's counts agree with the witness's within what the kills can
 // explain. It prints one line of figures and exits non-zero on any leak,
 // hang, over-admission, crash or lost permit.
+//
+// The load (--load-procs N): production hosts are busy, and a holder can
+// be preempted at any instruction for longer than its TTL. Beside the run,
+// a load process forks waves of N short-lived processes that each open
+// ANOTHER semaphore, acquire a seat, hold it 1 ms, release and exit: the
+// fork and scheduling pressure of a prefork fleet on the same host.
 #include <shmsem/shmsem.hpp>
 
 #include <getopt.h>
@@ -35,6 +41,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +84,8 @@ struct config {
   int untimed_budget_ms = 20000;  // budget assumed for acquires without a timeout
   long min_kills = 0;
   long min_cs_kills = 0;
+  int load_procs = 0;       // processes per wave of the background load; 0: none
+  int load_pause_ms = 100;  // pause between waves
   std::uint64_t seed = 0;
   std::string key;
 };
@@ -111,6 +120,8 @@ struct worker_slot {
 struct witness {
   std::atomic<std::uint32_t> stop;
   worker_slot workers[kMaxWorkers];
+  // The background load's figures.
+  std::atomic<std::uint64_t> load_procs, load_waves, load_failures;
 };
 
 witness* W = nullptr;
@@ -425,14 +436,60 @@ int on_exit(const config& cfg, pid_t pid, int status, totals& t, bool stopping) 
   return w;
 }
 
+// One short-lived process of the background load.
+[[noreturn]] void load_process(const std::string& key) {
+  int status = 0;
+  try {
+    shmsem::Semaphore s = shmsem::Semaphore::open(key, 8);
+    shmsem::Permit p = s.acquire(1, {.wait_timeout = std::chrono::seconds(60)});
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the work it does
+    p.release();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chaos: load process %d: %s\n", ::getpid(), e.what());
+    status = 1;
+  }
+  ::_exit(status);
+}
+
+// Forks the load controller: waves of short-lived processes on another
+// semaphore until the run stops. Returns its pid.
+pid_t start_load(const config& cfg) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  const std::string key = cfg.key + ".load";
+  shmsem::Semaphore::remove(key);
+  std::vector<pid_t> wave;
+  while (!W->stop.load()) {
+    wave.clear();
+    for (int i = 0; i < cfg.load_procs && !W->stop.load(); ++i) {
+      const pid_t child = ::fork();
+      if (child == 0) load_process(key);
+      if (child > 0) wave.push_back(child);
+    }
+    for (pid_t child : wave) {
+      int status = 0;
+      while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) W->load_failures.fetch_add(1);
+    }
+    W->load_procs.fetch_add(wave.size());
+    W->load_waves.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(cfg.load_pause_ms));
+  }
+  shmsem::Semaphore::remove(key);
+  ::_exit(0);
+}
+
 void usage() {
   std::fprintf(stderr,
                "usage: shmsem-chaos [--duration S] [--workers P] [--threads T] [--capacity C]\n"
                "         [--max-n N] [--kill-interval-ms MS] [--cs-kill-percent PCT]\n"
                "         [--hang-margin-ms MS] [--min-kills K] [--min-cs-kills K] [--seed S]\n"
-               "         [--key KEY] [--bound B]\n"
+               "         [--key KEY] [--bound B] [--load-procs N] [--load-pause-ms MS]\n"
                "--bound checks the witness against B instead of the capacity: with\n"
-               "B < capacity the run must report over-admissions (a self-test).\n");
+               "B < capacity the run must report over-admissions (a self-test).\n"
+               "--load-procs runs waves of N short-lived processes on another semaphore\n"
+               "beside the run, --load-pause-ms apart (a busy host).\n");
 }
 
 bool parse(int argc, char** argv, config& c) {
@@ -449,6 +506,8 @@ bool parse(int argc, char** argv, config& c) {
                                 {"seed", required_argument, nullptr, 's'},
                                 {"key", required_argument, nullptr, 'y'},
                                 {"bound", required_argument, nullptr, 'b'},
+                                {"load-procs", required_argument, nullptr, 'L'},
+                                {"load-pause-ms", required_argument, nullptr, 'P'},
                                 {"help", no_argument, nullptr, 'h'},
                                 {nullptr, 0, nullptr, 0}};
   int o;
@@ -493,12 +552,19 @@ bool parse(int argc, char** argv, config& c) {
       case 'b':
         c.bound = std::atoi(optarg);
         break;
+      case 'L':
+        c.load_procs = std::atoi(optarg);
+        break;
+      case 'P':
+        c.load_pause_ms = std::atoi(optarg);
+        break;
       default:
         return false;
     }
   }
   return c.workers >= 1 && c.workers <= kMaxWorkers && c.threads >= 1 && c.threads <= kMaxThreads &&
-         c.capacity >= 1 && c.max_n >= 1 && c.duration_s > 0 && c.kill_interval_ms >= 1;
+         c.capacity >= 1 && c.max_n >= 1 && c.duration_s > 0 && c.kill_interval_ms >= 1 &&
+         c.load_procs >= 0 && c.load_pause_ms >= 0;
 }
 
 }  // namespace
@@ -527,6 +593,8 @@ int main(int argc, char** argv) {
   {
     shmsem::Semaphore sem = shmsem::Semaphore::open(cfg.key, cfg.capacity);
     totals t;
+    const pid_t load = cfg.load_procs > 0 ? start_load(cfg) : 0;
+    int load_status = -1;
     for (int w = 0; w < cfg.workers; ++w) spawn(cfg, w, rng());
 
     const std::int64_t start = now_ns();
@@ -538,6 +606,10 @@ int main(int argc, char** argv) {
       int status;
       pid_t pid;
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+        if (pid == load) {
+          load_status = status;
+          continue;
+        }
         const int w = on_exit(cfg, pid, status, t, false);
         if (w < 0) continue;
         if (w == pending_cs) pending_cs = -1;
@@ -599,7 +671,10 @@ int main(int argc, char** argv) {
       int status;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
       if (pid > 0) {
-        on_exit(cfg, pid, status, t, true);
+        if (pid == load)
+          load_status = status;
+        else
+          on_exit(cfg, pid, status, t, true);
         continue;
       }
       check_hangs(cfg, t);
@@ -615,6 +690,9 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     const double elapsed = static_cast<double>(now_ns() - start) / 1e9;
+    if (load > 0 && load_status < 0)
+      while (::waitpid(load, &load_status, 0) < 0 && errno == EINTR) {
+      }
 
     // Every worker is gone: reclaim what the killed ones held.
     sem.reap();
@@ -666,6 +744,9 @@ int main(int argc, char** argv) {
                 " force_released=%" PRIu64 " timeouts=%" PRIu64 " seed=%" PRIu64 "\n",
                 acq, rel, timeouts, tryf, extends, extend_lost, t.lapsed_in_snapshot, t.unstable,
                 st.released, st.force_released, st.timeouts, cfg.seed);
+    if (load > 0)
+      std::printf("chaos: load: processes=%" PRIu64 " waves=%" PRIu64 " failures=%" PRIu64 "\n",
+                  W->load_procs.load(), W->load_waves.load(), W->load_failures.load());
     std::printf("chaos: kills inside an operation, by point:");
     for (std::size_t i = 0; i < kPointCount; ++i)
       if (i != static_cast<std::size_t>(point::initializing))
@@ -697,6 +778,9 @@ int main(int argc, char** argv) {
     if (t.kills < cfg.min_kills) fail("fewer kills than --min-kills");
     if (t.cs_kills < cfg.min_cs_kills)
       fail("fewer kills inside the critical section than --min-cs-kills");
+    if (load > 0 && (load_status != 0 || W->load_failures.load() != 0))
+      fail("the background load failed (a load process could not get its seat)");
+    if (load > 0 && W->load_waves.load() == 0) fail("the background load never ran a wave");
   }
   shmsem::Semaphore::remove(cfg.key);
   return rc;
