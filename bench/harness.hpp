@@ -34,6 +34,9 @@ struct Config {
   std::vector<int> held_counts = {1, 100, 10'000, 100'000};  ///< case 9
   int reap_leases = 10'000;
   int reap_trials = 5;
+  std::vector<int> fleet_workers = {50, 200, 1000, 4000};  ///< long-lived fleet rows
+  std::chrono::milliseconds fleet_window{5000};
+  std::vector<int> fleet_short_lived = {600, 4000};  ///< short-lived fleet rows
 };
 
 /// The configuration of this run; set once by main before registration.
@@ -176,5 +179,6 @@ void register_wake_latency();   // case 6
 void register_contended();      // case 7
 void register_crash_reclaim();  // case 8
 void register_scaling();        // case 9
+void register_fleet();          // the fleet rows
 
 }  // namespace shmsem_bench

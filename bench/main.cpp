@@ -132,6 +132,9 @@ shmsem_bench::Config smoke_config() {
   c.held_counts = {1, 100};
   c.reap_leases = 1000;
   c.reap_trials = 1;
+  c.fleet_workers = {20};
+  c.fleet_window = std::chrono::milliseconds(200);
+  c.fleet_short_lived = {20};
   return c;
 }
 
@@ -169,6 +172,7 @@ int main(int argc, char** argv) {
   shmsem_bench::register_contended();
   shmsem_bench::register_crash_reclaim();
   shmsem_bench::register_scaling();
+  shmsem_bench::register_fleet();
 
   const std::string load_at_start = shmsem_bench::load_average();
   shmsem_bench::CollectingReporter reporter;

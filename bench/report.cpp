@@ -192,6 +192,48 @@ class Table {
     rows_.push_back(row);
   }
 
+  void fleet_row(int workers) {
+    const std::string prefix = "BM_FleetWorkers/workers:" + std::to_string(workers);
+    Row row = make_row("F. " + std::to_string(workers) +
+                           " worker processes, capacity 8, hold 1 ms: share of the ideal "
+                           "(worst wait)",
+                       "% (ms)");
+    std::optional<double> share[kColumns];
+    for (int c = 0; c < kColumns; ++c) {
+      const std::string name = prefix + "/" + kImpls[c];
+      if (c > 2) {
+        row.cells[c] = "n/a";
+        continue;
+      }
+      share[c] = get(name, "share_of_ideal");
+      auto worst = get(name, "worst_wait_ns");
+      row.cells[c] = share[c] ? printf_string("%.0f", *share[c] * 100) + " (" +
+                                    num(worst.value_or(0) / 1e6) + ")"
+                              : missing(name);
+    }
+    if (share[0] && share[1] && *share[1] > 0) row.ratio = times(*share[0] / *share[1]);
+    if (share[0] || share[1]) rows_.push_back(row);
+  }
+
+  void short_lived_row(int processes) {
+    const std::string prefix = "BM_FleetShortLived/procs:" + std::to_string(processes);
+    Row row = make_row("F. " + std::to_string(processes) +
+                           " short-lived processes (open, acquire, hold 1 ms, release, exit)",
+                       "s wall");
+    std::optional<double> wall[kColumns];
+    for (int c = 0; c < kColumns; ++c) {
+      const std::string name = prefix + "/" + kImpls[c];
+      if (c > 2) {
+        row.cells[c] = "n/a";
+        continue;
+      }
+      wall[c] = get(name, "wall_ns");
+      row.cells[c] = wall[c] ? num(*wall[c] / 1e9) : missing(name);
+    }
+    if (wall[0] && wall[1] && *wall[1] > 0) row.ratio = times(*wall[0] / *wall[1]);
+    if (wall[0] || wall[1]) rows_.push_back(row);
+  }
+
   void idle_row() {
     Row row =
         make_row("8. idle CPU of 50 blocked waiters in 5 processes", "% of a core (wakeups/s)");
@@ -314,6 +356,24 @@ std::vector<Target> check_targets(const Table& t, const Results& results) {
                      std::to_string(lo_n) + " held",
                  hi, lo, 2, true);
   }
+  for (const auto& [workers, floor] : {std::pair{1000, 0.85}, std::pair{4000, 0.75}}) {
+    const std::string name = "BM_FleetWorkers/workers:" + std::to_string(workers);
+    Target tg{"F. " + std::to_string(workers) + " workers: ≥ " +
+                  printf_string("%.0f", floor * 100) + "% of the ideal throughput",
+              "—", verdict(std::nullopt)};
+    if (auto share = t.get(name + "/shmsem", "share_of_ideal")) {
+      auto worst = t.get(name + "/shmsem", "worst_wait_ns");
+      auto posix_worst = t.get(name + "/posix_sem", "worst_wait_ns");
+      tg.measured =
+          printf_string("%.0f", *share * 100) + "%, worst wait " + num(worst.value_or(0) / 1e6) +
+          " ms (sem_t: " + (posix_worst ? num(*posix_worst / 1e6) + " ms" : std::string("—")) + ")";
+      tg.verdict = verdict(*share >= floor);
+    }
+    out.push_back(tg);
+  }
+  ratio_target("F. 600 short-lived processes within 2× sem_t's wall time",
+               t.get("BM_FleetShortLived/procs:600/shmsem", "wall_ns"),
+               t.get("BM_FleetShortLived/procs:600/posix_sem", "wall_ns"), 2, true);
   {
     Target tg{"1–4. zero heap allocations per operation (operator new counted)", "—",
               verdict(std::nullopt)};
@@ -402,6 +462,18 @@ std::string render_report(const Results& results, bool smoke, const std::string&
   }
   t.figure_row("9. open() of an existing semaphore (sem_open, semget, open)", "BM_OpenExisting", "",
                kUs);
+  std::vector<int> fleet, short_lived;
+  for (const auto& [name, r] : results) {
+    const std::string workers = "BM_FleetWorkers/workers:", procs = "BM_FleetShortLived/procs:";
+    if (name.rfind(workers, 0) == 0 && name.find("/shmsem") != std::string::npos)
+      fleet.push_back(std::stoi(name.substr(workers.size())));
+    if (name.rfind(procs, 0) == 0 && name.find("/shmsem") != std::string::npos)
+      short_lived.push_back(std::stoi(name.substr(procs.size())));
+  }
+  std::sort(fleet.begin(), fleet.end());
+  std::sort(short_lived.begin(), short_lived.end());
+  for (int n : fleet) t.fleet_row(n);
+  for (int n : short_lived) t.short_lived_row(n);
   for (const auto& [name, r] : results) {
     if (name.rfind("BM_ReapDeadHolder/", 0) != 0) continue;
     const std::string leases =
@@ -427,7 +499,10 @@ std::string render_report(const Results& results, bool smoke, const std::string&
          "smallest process's share ÷ the largest's (1 = even). Idle row: the waiter threads' CPU "
          "time over the window as a share of one core, and their context switches per "
          "second.\n\n";
-  out << "| target (issue 4) | measured | verdict |\n|---|---|---|\n";
+  out << "Fleet rows (F.): the grants in the window as a share of the ideal (capacity × "
+         "window ÷ hold) and, in parentheses, the worst single wait of any acquire; the "
+         "short-lived rows: the wall time from the first fork to the last exit.\n\n";
+  out << "| target | measured | verdict |\n|---|---|---|\n";
   for (const Target& tg : check_targets(t, results))
     out << "| " << tg.what << " | " << tg.measured << " | " << tg.verdict << " |\n";
   return out.str();

@@ -1,0 +1,140 @@
+// bench/fleet.cpp: the fleet rows. shmsem is for hundreds to thousands of
+// worker processes sharing a few seats, so these cases run that shape:
+//
+//   long-lived: N worker processes (one thread each) loop acquire, hold
+//   1 ms, release, at capacity 8, for a fixed window. Reported: the grants
+//   as a share of the ideal (capacity × window ÷ hold), and the worst single
+//   wait of any acquire in the window. FIFO bounds that wait near N ÷
+//   capacity holds; the peers make no such promise.
+//
+//   short-lived: N processes at once, each of which opens the semaphore,
+//   acquires, holds 1 ms, releases and exits (cron jobs, CGI, a prefork
+//   server recycling its children). Reported: the wall time from the first
+//   fork to the last exit.
+//
+// Each peer runs the same loop. sem_t and SysV are shared through the
+// harness's SharedSemaphore, shmsem processes open the key themselves.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.hpp"
+#include "peers.hpp"
+
+namespace shmsem_bench {
+namespace {
+
+using benchmark::State;
+using namespace std::chrono_literals;
+
+constexpr int kFleetCapacity = 8;
+constexpr auto kHold = 1ms;
+constexpr Impl kFleetImpls[] = {Impl::shmsem, Impl::posix_sem, Impl::sysv_undo};
+
+struct WorkerFigures {
+  std::atomic<std::int64_t> grants{0};
+  std::atomic<std::int64_t> worst_wait_ns{0};
+};
+
+void BM_FleetWorkers(State& state, Impl impl, int workers) {
+  for (auto _ : state) {
+    auto sem = make_shared_semaphore(impl, kFleetCapacity, "fleet");
+    SharedArray<WorkerFigures> figures(static_cast<std::size_t>(workers));
+    SharedArray<std::atomic<int>> stop(1);
+    Pipe ready, start;
+    std::vector<pid_t> children;
+    children.reserve(static_cast<std::size_t>(workers));
+    for (int w = 0; w < workers; ++w) {
+      children.push_back(spawn([&, w] {
+        start.close_write();  // else the start pipe would never reach EOF
+        auto seat = sem->join();
+        ready.send();
+        start.receive(300s);  // returns at EOF: the start signal
+        std::int64_t grants = 0, worst = 0;
+        while (!stop[0].load(std::memory_order_relaxed)) {
+          const std::int64_t asked = now_ns();
+          seat->acquire();
+          const std::int64_t waited = now_ns() - asked;
+          // Waits that end after the window are the drain, not the run.
+          if (!stop[0].load(std::memory_order_relaxed)) {
+            worst = std::max(worst, waited);
+            ++grants;
+          }
+          std::this_thread::sleep_for(kHold);  // the work the seat guards
+          seat->release();
+        }
+        figures[static_cast<std::size_t>(w)].grants.store(grants);
+        figures[static_cast<std::size_t>(w)].worst_wait_ns.store(worst);
+      }));
+    }
+    bool all_ready = true;
+    for (int i = 0; i < workers && all_ready; ++i) all_ready = ready.receive(300s) == '.';
+    const std::int64_t t0 = now_ns();
+    start.close_write();
+    if (all_ready) std::this_thread::sleep_for(config().fleet_window);  // the measurement window
+    stop[0].store(1);
+    const std::int64_t t1 = now_ns();
+    bool ok = all_ready;
+    for (pid_t c : children) ok = reap_child(c, 300s) && ok;
+    if (!ok) {
+      state.SkipWithError("a worker failed or hung (see stderr)");
+      return;
+    }
+    std::int64_t grants = 0, worst = 0;
+    for (int w = 0; w < workers; ++w) {
+      grants += figures[static_cast<std::size_t>(w)].grants.load();
+      worst = std::max(worst, figures[static_cast<std::size_t>(w)].worst_wait_ns.load());
+    }
+    const double seconds = static_cast<double>(t1 - t0) / 1e9;
+    const double ideal = kFleetCapacity * seconds / std::chrono::duration<double>(kHold).count();
+    state.counters["grants"] = static_cast<double>(grants);
+    state.counters["share_of_ideal"] = static_cast<double>(grants) / ideal;
+    state.counters["worst_wait_ns"] = static_cast<double>(worst);
+    state.counters["workers"] = workers;
+  }
+}
+
+void BM_FleetShortLived(State& state, Impl impl, int processes) {
+  for (auto _ : state) {
+    auto sem = make_shared_semaphore(impl, kFleetCapacity, "fleet_short");
+    const std::int64_t t0 = now_ns();
+    std::vector<pid_t> children;
+    children.reserve(static_cast<std::size_t>(processes));
+    for (int p = 0; p < processes; ++p) {
+      children.push_back(spawn([&] {
+        auto seat = sem->join();
+        seat->acquire();
+        std::this_thread::sleep_for(kHold);
+        seat->release();
+      }));
+    }
+    bool ok = true;
+    for (pid_t c : children) ok = reap_child(c, 300s) && ok;
+    const std::int64_t t1 = now_ns();
+    if (!ok) {
+      state.SkipWithError("a process failed or hung (see stderr)");
+      return;
+    }
+    state.counters["wall_ns"] = static_cast<double>(t1 - t0);
+    state.counters["processes"] = processes;
+  }
+}
+
+}  // namespace
+
+void register_fleet() {
+  for (int workers : config().fleet_workers)
+    for (Impl impl : kFleetImpls)
+      register_process("BM_FleetWorkers/workers:" + std::to_string(workers) + "/" + impl_name(impl),
+                       [=](State& s) { BM_FleetWorkers(s, impl, workers); });
+  for (int processes : config().fleet_short_lived)
+    for (Impl impl : kFleetImpls)
+      register_process(
+          "BM_FleetShortLived/procs:" + std::to_string(processes) + "/" + impl_name(impl),
+          [=](State& s) { BM_FleetShortLived(s, impl, processes); });
+}
+
+}  // namespace shmsem_bench
