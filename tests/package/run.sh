@@ -115,6 +115,17 @@ for f in /usr/bin/semtop /usr/bin/shmsem /usr/share/man/man1/semtop.1.gz /usr/sh
   grep -qx "$f" "$work/shmsem-tools.files" || die "shmsem-tools lacks $f"
 done
 
+# Each package carries the license, as Debian packages do: in its
+# copyright file, and in no second file.
+for p in "${packages[@]}"; do
+  grep -qx "/usr/share/doc/$p/copyright" "$work/$p.files" || die "$p lacks /usr/share/doc/$p/copyright"
+  ! grep -q 'LICENSE' "$work/$p.files" || die "$p carries a second copy of the license"
+done
+mkdir -p "$work/unpacked/shmsem-tools"
+dpkg-deb -x "${deb[shmsem-tools]}" "$work/unpacked/shmsem-tools"
+grep -q '^License: Expat$' "$work/unpacked/shmsem-tools/usr/share/doc/shmsem-tools/copyright" ||
+  die "shmsem-tools' copyright file does not state the MIT (Expat) license"
+
 # Depends: the runtime libraries the shared library needs, and no others.
 depends() { dpkg-deb -f "${deb[$1]}" Depends; }
 echo "libshmsem0 Depends:    $(depends libshmsem0)"
