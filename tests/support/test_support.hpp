@@ -76,4 +76,11 @@ class child_process {
 bool eventually(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+/// True once thread `tid` of process `pid` (0: this process) sleeps in the
+/// library's own wait: futex(2) with FUTEX_WAIT_BITSET, not private. Other
+/// sleeps do not count: std::mutex and the sanitizers' runtimes wait with
+/// FUTEX_WAIT_PRIVATE, the segment lock with FUTEX_WAIT. A test polls it to
+/// know that a waiter is blocked, not merely started.
+bool asleep_in_futex(pid_t tid, pid_t pid = 0);
+
 }  // namespace shmsem::test

@@ -21,6 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using shmsem::Semaphore;
+using shmsem::test::asleep_in_futex;
 using shmsem::test::child_process;
 using shmsem::test::eventually;
 using shmsem::test::pipe_channel;
@@ -394,6 +395,9 @@ TEST(ShmsemAdmin, WaitIdleTimesOutWhileHeldAndReturnsOnceFree) {
   auto p = sem.acquire();
   EXPECT_EQ(shmsem_cli({"wait-idle", key.str(), "-w", "200ms"}).status, 1);
   running_tool waiter({SHMSEM_BIN, "wait-idle", key.str(), "-w", "60s"});
+  // The release must find the command asleep in its wait, or only the
+  // already-idle path would run.
+  ASSERT_TRUE(eventually([&] { return asleep_in_futex(waiter.pid(), waiter.pid()); }));
   p.release();
   EXPECT_EQ(waiter.wait(), 0) << waiter.stderr_text();
 }
