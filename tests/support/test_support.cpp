@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -186,6 +187,11 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && (std::string_view(ci) == "true" || std::string_view(ci) == "1");
 }
 
 bool asleep_in_futex(pid_t tid, pid_t pid) {
