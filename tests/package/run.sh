@@ -5,7 +5,7 @@
 #   1. build libshmsem0, libshmsem-dev and shmsem-tools (packaging/build-deb.sh)
 #   2. check their contents and dependencies, and run lintian (errors and
 #      undocumented warnings fail; the documented ones are lintian overrides
-#      in packaging/debian/ and are listed in the README)
+#      in packaging/debian/ and are listed in docs/install.md)
 #   3. dpkg -i them, then from /usr only:
 #      - a find_package(shmsem) consumer and a pkg-config consumer, each
 #        running one semaphore across two processes; a consumer of
@@ -143,7 +143,7 @@ depends shmsem-tools | grep "libshmsem0 (>= ${version%-*})" >/dev/null ||
 # ---------------------------------------------------------------- lintian
 step "lintian"
 # Errors fail, and so do warnings: each warning that stays is a documented
-# override in packaging/debian/*.lintian-overrides (and in the README).
+# override in packaging/debian/*.lintian-overrides (and in docs/install.md).
 # (Judged from the output: with --show-overrides, --fail-on would count the
 # overridden warnings too.)
 lintian_out=$work/lintian.txt
