@@ -1,5 +1,5 @@
 // bench/report.hpp: turns the runs of one benchmark session into the ratio
-// table of the README: every case in a row, shmsem and each peer in
+// table of docs/performance.md: every case in a row, shmsem and each peer in
 // columns, the ratio to a POSIX sem_t, and the targets checked
 // against the same run.
 #pragma once

@@ -2,8 +2,16 @@
 # clang-format over the project's C++ files: "check" fails on any difference, "fix" rewrites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.h' 2>/dev/null || true)
-[ ${#files[@]} -eq 0 ] && exit 0
+# No file list is a failure: a check that looked at nothing passes nothing.
+if ! list=$(git ls-files '*.cpp' '*.hpp' '*.h'); then
+  echo "format: git ls-files failed; run this from a git checkout of shmsem" >&2
+  exit 1
+fi
+if [ -z "$list" ]; then
+  echo "format: git ls-files lists no C++ files" >&2
+  exit 1
+fi
+mapfile -t files <<<"$list"
 if [ "${1:-check}" = fix ]; then
   clang-format -i "${files[@]}"
 else

@@ -37,9 +37,12 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan -j"$JOBS" --output-on-failure --timeout 600 -L thread
 
 for extra in scripts/static-check.sh tests/fuzz/run.sh tests/package/run.sh; do
-  if [ -x "$extra" ]; then
-    step "$extra"
-    "$extra"
+  step "$extra"
+  # A step that cannot run is a failure, not a step left out.
+  if [ ! -x "$extra" ]; then
+    echo "test.sh: FAILED: $extra is missing or not executable (lost its exec bit?)" >&2
+    exit 1
   fi
+  "$extra"
 done
 step "all checks passed"

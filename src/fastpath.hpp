@@ -15,7 +15,7 @@
 // `releasing`, CAS the gate, put the slot back in the cache. Every other
 // case (queued waiters, a frozen gate, an empty cache, an expired lease, a
 // permit of another process) takes the locked path, which stays the
-// authority. See layout.hpp for who may write what, and docs/fast-path.md
+// authority. See layout.hpp for who may write what, and docs/design.md
 // for why a death at any instruction leaves a repairable state.
 #pragma once
 

@@ -23,7 +23,7 @@ enum class Outcome { acquired, timeout, cancelled, shutdown, exceeds_capacity, e
 SHMSEM_API const char* to_string(Outcome o) noexcept;
 
 /// Everything known about one finished acquisition attempt: enough to open
-/// and close a tracing span (see the README's OpenTelemetry example).
+/// and close a tracing span (see the OpenTelemetry example in docs/service.md).
 struct AcquireEvent {
   std::string_view key;
   int capacity = 0;                  ///< capacity when the attempt ended

@@ -4,6 +4,7 @@
 #   <includedir>/shmsem/*.hpp          the public headers, nothing else
 #   <libdir>/cmake/shmsem/             shmsemConfig.cmake, its version file, the exported targets
 #   <libdir>/pkgconfig/shmsem.pc
+#   <datadir>/doc/shmsem/LICENSE       the MIT license the files are released under
 # Included by the top-level CMakeLists.txt when SHMSEM_INSTALL is on (the
 # default only when shmsem is the top-level project, so a vendoring
 # add_subdirectory() installs nothing of ours).
@@ -79,3 +80,9 @@ install(CODE "
 install(FILES ${PROJECT_BINARY_DIR}/packaging/install-time/shmsem.pc
   DESTINATION ${SHMSEM_PKGCONFIG_INSTALL_DIR}
   COMPONENT shmsem_development)
+
+# The license travels with the binaries. (The Debian packages carry it as
+# /usr/share/doc/<package>/copyright instead; see debian/not-installed.)
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE
+  DESTINATION ${CMAKE_INSTALL_DOCDIR}
+  COMPONENT shmsem_runtime)

@@ -90,8 +90,9 @@ class ForeignNamespace : public ::testing::Test {
     program probe(in_new_pid_namespace({"true"}));
     const int rc = probe.wait();
     if (rc != 0)
-      GTEST_SKIP() << "`unshare --pid --fork` is not permitted here (exit " << rc
-                   << "): the foreign PID namespace tests need root or user namespaces";
+      SHMSEM_SKIP_WITHOUT_CAPABILITY(
+          "`unshare --pid --fork` is not permitted here (exit "
+          << rc << "): the foreign PID namespace tests need root or user namespaces");
   }
 };
 

@@ -31,7 +31,7 @@ bool become(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
 class Permissions : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+    if (::geteuid() != 0) SHMSEM_SKIP_WITHOUT_CAPABILITY("needs root to switch users");
   }
 };
 

@@ -58,8 +58,9 @@ TEST(CrashRecovery, BlockedWaiterGetsTheSeatSoonAfterTheHolderDies) {
     ::kill(c.proc.pid(), SIGKILL);
   });
   auto p = s.acquire(1, {.wait_timeout = 30s});
-  const auto took = std::chrono::steady_clock::now() - killed;
-  killer.join();
+  const auto done = std::chrono::steady_clock::now();
+  killer.join();  // before `killed` is read: the killer thread wrote it
+  const auto took = done - killed;
   EXPECT_TRUE(p.is_held());
   // The design target is 50 ms (the head waiter checks every 20 ms); the
   // bound here is generous so a loaded CI machine does not make it flaky.
@@ -80,6 +81,9 @@ TEST(CrashRecovery, WaiterOfAnotherProcessProceedsAfterAKill) {
     return 0;
   });
   ASSERT_EQ(waiting.receive(), 'w');
+  // Queued before the kill, or the test would only show that a fresh
+  // acquire reclaims a dead holder's seat.
+  ASSERT_TRUE(test::eventually([&] { return s.waiters() == 1; }));
   h.proc.kill(SIGKILL);
   EXPECT_EQ(got.receive(), 'g');
   EXPECT_EQ(waiter.wait(), 0);

@@ -182,7 +182,7 @@ TEST(Fleet, ModeIsAppliedWhateverTheUmask) {
 }
 
 TEST(Fleet, ProcessWithoutAccessGetsPermissionDenied) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to switch to another user";
+  if (::geteuid() != 0) SHMSEM_SKIP_WITHOUT_CAPABILITY("needs root to switch to another user");
   unique_key k;
   { auto s = Semaphore::open(k, 1); }  // 0600, owned by root
   child_process c([&] {

@@ -41,6 +41,7 @@ pc=$(find "$prefix" -name shmsem.pc)
 for f in shmsemConfigVersion.cmake shmsemTargets.cmake; do
   [ -f "$(dirname "$config")/$f" ] || die "no $f beside $config"
 done
+cmp -s "$root/LICENSE" "$prefix/share/doc/shmsem/LICENSE" || die "no copy of LICENSE in $prefix/share/doc/shmsem"
 libdir=$(dirname "$(find "$prefix" -name 'libshmsem.so.0')")
 [ -L "$libdir/libshmsem.so" ] || die "no libshmsem.so link in $libdir"
 

@@ -5,7 +5,7 @@
 #   1. build libshmsem0, libshmsem-dev and shmsem-tools (packaging/build-deb.sh)
 #   2. check their contents and dependencies, and run lintian (errors and
 #      undocumented warnings fail; the documented ones are lintian overrides
-#      in packaging/debian/ and are listed in the README)
+#      in packaging/debian/ and are listed in docs/install.md)
 #   3. dpkg -i them, then from /usr only:
 #      - a find_package(shmsem) consumer and a pkg-config consumer, each
 #        running one semaphore across two processes; a consumer of
@@ -115,6 +115,17 @@ for f in /usr/bin/semtop /usr/bin/shmsem /usr/share/man/man1/semtop.1.gz /usr/sh
   grep -qx "$f" "$work/shmsem-tools.files" || die "shmsem-tools lacks $f"
 done
 
+# Each package carries the license, as Debian packages do: in its
+# copyright file, and in no second file.
+for p in "${packages[@]}"; do
+  grep -qx "/usr/share/doc/$p/copyright" "$work/$p.files" || die "$p lacks /usr/share/doc/$p/copyright"
+  ! grep -q 'LICENSE' "$work/$p.files" || die "$p carries a second copy of the license"
+done
+mkdir -p "$work/unpacked/shmsem-tools"
+dpkg-deb -x "${deb[shmsem-tools]}" "$work/unpacked/shmsem-tools"
+grep -q '^License: Expat$' "$work/unpacked/shmsem-tools/usr/share/doc/shmsem-tools/copyright" ||
+  die "shmsem-tools' copyright file does not state the MIT (Expat) license"
+
 # Depends: the runtime libraries the shared library needs, and no others.
 depends() { dpkg-deb -f "${deb[$1]}" Depends; }
 echo "libshmsem0 Depends:    $(depends libshmsem0)"
@@ -132,7 +143,7 @@ depends shmsem-tools | grep "libshmsem0 (>= ${version%-*})" >/dev/null ||
 # ---------------------------------------------------------------- lintian
 step "lintian"
 # Errors fail, and so do warnings: each warning that stays is a documented
-# override in packaging/debian/*.lintian-overrides (and in the README).
+# override in packaging/debian/*.lintian-overrides (and in docs/install.md).
 # (Judged from the output: with --show-overrides, --fail-on would count the
 # overridden warnings too.)
 lintian_out=$work/lintian.txt

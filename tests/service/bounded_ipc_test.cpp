@@ -106,7 +106,8 @@ int check_modes_for_unopenable(const std::string& key) {
 
 TEST(BoundedIpc, FailOpenWhenTheSegmentBelongsToAnotherUser) {
   if (::geteuid() != 0)
-    GTEST_SKIP() << "needs root: the test creates a segment as root and opens it as nobody";
+    SHMSEM_SKIP_WITHOUT_CAPABILITY(
+        "needs root: the test creates a segment as root and opens it as nobody");
   unique_key key;
   child_process creator([&] {
     Options o;
@@ -145,7 +146,8 @@ TEST(BoundedIpc, FailOpenWhenDevShmIsReadOnly) {
     return check_modes_for_unopenable(key.str());
   });
   const int rc = child.wait();
-  if (rc == kSkipped) GTEST_SKIP() << "cannot make a mount namespace here (needs CAP_SYS_ADMIN)";
+  if (rc == kSkipped)
+    SHMSEM_SKIP_WITHOUT_CAPABILITY("cannot make a mount namespace here (needs CAP_SYS_ADMIN)");
   EXPECT_EQ(rc, 0);
   EXPECT_THROW(Semaphore::attach(key), SegmentError);  // nothing leaked to the real /dev/shm
 }

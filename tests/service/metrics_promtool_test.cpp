@@ -51,8 +51,9 @@ struct temp_file {
 TEST(MetricsPromtool, HostExpositionWithSpecialKeysPassesPromtool) {
   const std::string promtool = find_promtool();
   if (promtool.empty())
-    GTEST_SKIP() << "promtool not installed (Debian package `prometheus`); the exposition is "
-                    "still parsed back by metrics_test";
+    SHMSEM_SKIP_WITHOUT_CAPABILITY(
+        "promtool not installed (Debian package `prometheus`); the "
+        "exposition is still parsed back by metrics_test");
   test::unique_key base;
   const std::vector<std::string> keys = {base.str() + " q\"uote", base.str() + " back\\slash",
                                          base.str() + " new\nline", base.str() + " tab\tcr\r",
@@ -73,7 +74,8 @@ TEST(MetricsPromtool, HostExpositionWithSpecialKeysPassesPromtool) {
 TEST(MetricsPromtool, PromtoolRejectsABrokenExposition) {
   // The check above can fail: promtool does reject an unescaped newline.
   const std::string promtool = find_promtool();
-  if (promtool.empty()) GTEST_SKIP() << "promtool not installed (Debian package `prometheus`)";
+  if (promtool.empty())
+    SHMSEM_SKIP_WITHOUT_CAPABILITY("promtool not installed (Debian package `prometheus`)");
   temp_file file;
   FILE* f = std::fopen(file.path.c_str(), "w");
   ASSERT_NE(f, nullptr);

@@ -2,14 +2,18 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <thread>
 
 namespace shmsem::test {
@@ -183,6 +187,22 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && (std::string_view(ci) == "true" || std::string_view(ci) == "1");
+}
+
+bool asleep_in_futex(pid_t tid, pid_t pid) {
+  const std::string task = "/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) +
+                           "/task/" + std::to_string(tid);
+  std::ifstream stat(task + "/stat"), syscall(task + "/syscall");
+  std::string line, nr, addr, op;
+  if (!std::getline(stat, line) || !(syscall >> nr >> addr >> op)) return false;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && line.compare(close, 3, ") S") == 0 &&
+         nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == FUTEX_WAIT_BITSET;
 }
 
 }  // namespace shmsem::test

@@ -76,4 +76,26 @@ class child_process {
 bool eventually(const std::function<bool()>& pred,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+/// True where the environment says CI=true (or CI=1).
+bool in_ci();
+
+/// In a test body or SetUp(): skips the test because this machine lacks a
+/// capability it needs (root, a mount or PID namespace, a small pid_max, a
+/// tool); `why` is a stream expression that says which. Where CI=true the
+/// test fails instead: CI has every one of them, and a test that quietly
+/// does not run there proves nothing.
+#define SHMSEM_SKIP_WITHOUT_CAPABILITY(why)                                               \
+  do {                                                                                    \
+    if (::shmsem::test::in_ci())                                                          \
+      GTEST_FAIL() << why << " (CI=true, where this test must run: it fails, not skips)"; \
+    GTEST_SKIP() << why << " (a skip only outside CI: with CI=true this test fails)";     \
+  } while (0)
+
+/// True once thread `tid` of process `pid` (0: this process) sleeps in the
+/// library's own wait: futex(2) with FUTEX_WAIT_BITSET, not private. Other
+/// sleeps do not count: std::mutex and the sanitizers' runtimes wait with
+/// FUTEX_WAIT_PRIVATE, the segment lock with FUTEX_WAIT. A test polls it to
+/// know that a waiter is blocked, not merely started.
+bool asleep_in_futex(pid_t tid, pid_t pid = 0);
+
 }  // namespace shmsem::test

@@ -34,6 +34,19 @@ std::string line_of(const std::string& text, const std::string& start) {
   return {};
 }
 
+// The cell of `row` in the column titled `title` of `table`: the figures
+// are right-aligned under their titles, so the cell ends where the title
+// ends and begins after the last space before that.
+std::string cell_under(const std::string& table, const std::string& row, const std::string& title) {
+  const std::string header = line_of(table, "KEY ");
+  const auto at = header.find(" " + title);
+  if (at == std::string::npos) return "<no column " + title + ">";
+  const auto end = at + 1 + title.size();
+  if (row.size() < end || (row.size() > end && row[end] != ' ')) return "<misaligned>";
+  const auto space = row.rfind(' ', end - 1);
+  return space == std::string::npos ? row.substr(0, end) : row.substr(space + 1, end - space - 1);
+}
+
 TEST(SemtopBatch, OnceShowsASemaphoreHeldByAnotherProcess) {
   unique_key key;
   seat_holder h(key.str(), 3, 2);
@@ -72,8 +85,10 @@ TEST(SemtopBatch, IterationsPrintTheTableNTimesWithRatesAfterTheFirst) {
     ++headers;
   EXPECT_EQ(headers, 2u) << r.out;
   // The second table has a measured rate (0.0), the first only "-".
-  const auto second = r.out.substr(r.out.rfind("semtop - "));
-  EXPECT_NE(line_of(second, key.str() + " ").find("0.0"), std::string::npos) << r.out;
+  const auto at = r.out.rfind("semtop - ");
+  const auto first = r.out.substr(0, at), second = r.out.substr(at);
+  EXPECT_EQ(cell_under(first, line_of(first, key.str() + " "), "ACQ/s"), "-") << r.out;
+  EXPECT_EQ(cell_under(second, line_of(second, key.str() + " "), "ACQ/s"), "0.0") << r.out;
 }
 
 TEST(SemtopBatch, JsonParsesBackWithStatsAndHolders) {

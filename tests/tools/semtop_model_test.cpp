@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -201,14 +202,26 @@ TEST(SemtopModel, PrintableEscapesControlCharactersOnly) {
 TEST(SemtopModel, SampleOneReadsARealSemaphore) {
   shmsem::test::unique_key key;
   auto sem = shmsem::Semaphore::open(key, 3);
-  auto p = sem.acquire(2);
+  // The holder is another process with a name of its own, so that the
+  // command column can only be right if it is read from the holder's pid.
+  shmsem::test::pipe_channel ready, go;
+  shmsem::test::child_process holder([&] {
+    ::prctl(PR_SET_NAME, "model-holder");
+    auto p = sem.acquire(2);
+    ready.send();
+    go.receive();
+    return 0;
+  });
+  ASSERT_EQ(ready.receive(), '.');
   const auto s = semtop::sample_one(key.str());
   ASSERT_TRUE(s.snap.has_value()) << s.error;
   EXPECT_EQ(s.snap->capacity, 3);
   EXPECT_EQ(s.snap->used, 2);
   ASSERT_EQ(s.snap->holders.size(), 1u);
-  EXPECT_EQ(s.snap->holders[0].pid, ::getpid());
-  EXPECT_EQ(semtop::process_name(::getpid()), semtop::process_name(s.snap->holders[0].pid));
+  EXPECT_EQ(s.snap->holders[0].pid, holder.pid());
+  EXPECT_EQ(semtop::process_name(s.snap->holders[0].pid), "model-holder");
+  go.send();
+  EXPECT_EQ(holder.wait(), 0);
 }
 
 TEST(SemtopModel, SampleOneReportsACorruptSegmentInsteadOfThrowing) {

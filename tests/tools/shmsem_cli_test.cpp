@@ -21,6 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using shmsem::Semaphore;
+using shmsem::test::asleep_in_futex;
 using shmsem::test::child_process;
 using shmsem::test::eventually;
 using shmsem::test::pipe_channel;
@@ -186,11 +187,17 @@ TEST(ShmsemRun, ManyConcurrentShellsNeverExceedTheCapacity) {
   scratch_dir dir;
   constexpr int kShells = 10, kCapacity = 3;
   ASSERT_EQ(::mkdir((dir / "in").c_str(), 0700), 0);
-  // Each command registers itself in in/, counts who is in there, and
-  // leaves. A count above the capacity means two more commands ran at once
-  // than the semaphore allows.
-  const std::string body = "mkdir " + dir / "in" + "/$$ && ls " + dir / "in" + " | wc -l >> " +
-                           dir / "counts" + " && sleep 0.1 && rmdir " + dir / "in" + "/$$";
+  // Each command registers itself in in/ and counts who is in there. A
+  // count above the capacity means more commands ran at once than the
+  // semaphore allows. The first to count a full house marks it, and no
+  // command leaves before that mark (or a long bound), so a semaphore
+  // that works must be seen full: the bound is really put to the test.
+  const std::string in = dir / "in", full = dir / "full";
+  const std::string body = "mkdir " + in + "/$$ && n=$(ls " + in + " | wc -l) && echo $n >> " +
+                           dir / "counts" + " && if [ $n -ge " + std::to_string(kCapacity) +
+                           " ]; then touch " + full + "; fi; i=0; while [ ! -e " + full +
+                           " ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; rmdir " + in +
+                           "/$$";
   std::vector<std::unique_ptr<running_tool>> shells;
   for (int i = 0; i < kShells; ++i) {
     const std::string cmd = std::string(SHMSEM_BIN) + " run " + key.str() + " -p " +
@@ -202,8 +209,7 @@ TEST(ShmsemRun, ManyConcurrentShellsNeverExceedTheCapacity) {
   int n = 0, most = 0;
   for (int c; counts >> c; ++n) most = std::max(most, c);
   EXPECT_EQ(n, kShells);
-  EXPECT_GE(most, 1);
-  EXPECT_LE(most, kCapacity);
+  EXPECT_EQ(most, kCapacity) << "the commands never filled the semaphore";
   auto sem = Semaphore::attach(key);
   EXPECT_EQ(sem.used(), 0);
   EXPECT_EQ(sem.stats().acquired, static_cast<std::uint64_t>(kShells));
@@ -394,6 +400,9 @@ TEST(ShmsemAdmin, WaitIdleTimesOutWhileHeldAndReturnsOnceFree) {
   auto p = sem.acquire();
   EXPECT_EQ(shmsem_cli({"wait-idle", key.str(), "-w", "200ms"}).status, 1);
   running_tool waiter({SHMSEM_BIN, "wait-idle", key.str(), "-w", "60s"});
+  // The release must find the command asleep in its wait, or only the
+  // already-idle path would run.
+  ASSERT_TRUE(eventually([&] { return asleep_in_futex(waiter.pid(), waiter.pid()); }));
   p.release();
   EXPECT_EQ(waiter.wait(), 0) << waiter.stderr_text();
 }

@@ -3,12 +3,9 @@
 #include <gtest/gtest.h>
 #include <shmsem/shmsem.hpp>
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
@@ -22,6 +19,7 @@ namespace shmsem {
 namespace {
 
 using namespace std::chrono_literals;
+using test::asleep_in_futex;
 using test::eventually;
 using test::unique_key;
 
@@ -449,20 +447,6 @@ TEST(Semaphore, StopTokenCancelsAWait) {
   EXPECT_EQ(s.stats().cancelled, 1u);
 }
 
-// True once thread `tid` of this process sleeps in the library's own wait
-// (futex(2) with FUTEX_WAIT_BITSET, not private). Other sleeps of the same
-// thread do not count: std::mutex and the sanitizers' runtimes wait with
-// FUTEX_WAIT_PRIVATE, the segment lock with FUTEX_WAIT.
-bool asleep_in_futex(pid_t tid) {
-  const std::string task = "/proc/self/task/" + std::to_string(tid);
-  std::ifstream stat(task + "/stat"), syscall(task + "/syscall");
-  std::string line, nr, addr, op;
-  if (!std::getline(stat, line) || !(syscall >> nr >> addr >> op)) return false;
-  const auto close = line.rfind(')');
-  return close != std::string::npos && line.compare(close, 3, ") S") == 0 &&
-         nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == FUTEX_WAIT_BITSET;
-}
-
 struct wakeups_observer : Observer {
   std::mutex mu;
   std::map<std::uint64_t, std::uint32_t> wakeups;  // by permit id
@@ -583,9 +567,17 @@ TEST(Semaphore, WaitIdleReturnsOnceEmptyAndDoesNotBlockAcquires) {
   EXPECT_TRUE(s.wait_idle(0ms));
   auto p = s.acquire();
   EXPECT_FALSE(s.wait_idle(20ms));
-  auto f = std::async(std::launch::async, [&] { return s.wait_idle(30s); });
+  std::atomic<pid_t> tid{0};
+  auto f = std::async(std::launch::async, [&] {
+    tid = static_cast<pid_t>(::gettid());
+    return s.wait_idle(30s);
+  });
+  // The releases below must find the idle wait asleep, or only its
+  // already-idle path would run.
+  ASSERT_TRUE(eventually([&] { return tid != 0 && asleep_in_futex(tid); }));
   auto q = s.acquire();  // not blocked by the idle wait
   q.release();
+  EXPECT_EQ(f.wait_for(0s), std::future_status::timeout) << "a seat is still held";
   p.release();
   EXPECT_TRUE(f.get());
 }

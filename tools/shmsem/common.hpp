@@ -10,7 +10,7 @@
 
 namespace shmsem_cli {
 
-/// The exit codes of every command (also in shmsem(1) and the README).
+/// The exit codes of every command (also in shmsem(1)).
 enum exit_code : int {
   kOk = 0,
   kConflict = 1,  ///< run: no seat (change with -E); wait-idle: timed out
