@@ -39,12 +39,15 @@ class category_impl : public std::error_category {
         return "segment busy (initialization did not finish in time)";
       case errc::too_many:
         return "a table of the segment is full";
+      case errc::lock_timeout:
+        return "the segment lock stayed busy past the timeout";
     }
     return "unknown shmsem error";
   }
   std::error_condition default_error_condition(int ev) const noexcept override {
     switch (static_cast<errc>(ev)) {
       case errc::timeout:
+      case errc::lock_timeout:
         return std::errc::timed_out;
       case errc::cancelled:
       case errc::shutdown:

@@ -17,8 +17,9 @@ __attribute__((tls_model("initial-exec"))) constinit thread_local std::uint32_t 
 
 namespace {
 
-constexpr std::uint32_t kRefill = kCachedSlots / 2;  // slots a refill leaves in the cache
-constexpr std::uint64_t kIdBlock = 1024;             // permit ids taken at a time
+constexpr std::uint32_t kRefill = kCachedSlots / 2;    // slots a refill leaves in the cache
+constexpr std::uint64_t kIdBlock = 1024;               // permit ids taken at a time
+constexpr std::int64_t kDropEntryLockNs = 10'000'000;  // see drop_entry()
 
 thread_local std::uint64_t entry_uses = 0;  // ticks of the LRU clock
 
@@ -40,10 +41,19 @@ void drop_entry(thread_entry& e) noexcept {
   a->retired_pins.fetch_add(e.pins.exchange(0), std::memory_order_acq_rel);
   a->entries.erase(std::remove(a->entries.begin(), a->entries.end(), &e), a->entries.end());
   try {
-    if (a->lock(sys::kNever)) {
+    // Not for ever: a thread that ends (or gives its entry up) must not
+    // hang on a lock a stopped process holds, the more so under the
+    // registry mutex. What it kept then stays with this process, and goes
+    // back when the process detaches or is reaped.
+    segment_lock lk(*a, sys::precise_now_ns() + kDropEntryLockNs);
+    if (lk.owns()) {
       a->unreserve_slots(e.slots, e.cached);
       if (e.record) a->free_thread_record(e.record_index);
-      a->unlock();
+    } else {
+      log().debug(
+          "semaphore '{}': the segment lock was busy when a thread let go of its entry; its "
+          "reserved lease slots stay with this process until it detaches",
+          a->key);
     }
   } catch (const std::exception& ex) {
     log().error("{} (a thread's reserved lease slots stay reserved)", ex.what());
@@ -146,19 +156,15 @@ void after_release(attachment& a, thread_entry& e, lease_slot& l, std::uint64_t 
     sys::futex_wake(&a.hdr->idle_seq, INT_MAX);
   }
   if (!queued && !full) return;
-  wake_list wakes;
   try {
-    if (a.lock(sys::kNever)) {
-      if (queued) a.grant_queued(lease_clock(), wakes);
-      if (full) {
-        // Releases outrun acquires on this thread: half the cache goes back
-        // to the free list, for whoever needs it.
-        a.unreserve_slots(e.slots, kRefill);
-        std::copy(e.slots + kRefill, e.slots + kCachedSlots, e.slots);
-        e.cached -= kRefill;
-      }
-      a.unlock();
-      a.wake(wakes);
+    segment_lock lk(a, sys::kNever);
+    if (queued) a.grant_queued(lease_clock(), lk.wakes);
+    if (full) {
+      // Releases outrun acquires on this thread: half the cache goes back
+      // to the free list, for whoever needs it.
+      a.unreserve_slots(e.slots, kRefill);
+      std::copy(e.slots + kRefill, e.slots + kCachedSlots, e.slots);
+      e.cached -= kRefill;
     }
   } catch (const std::exception& ex) {
     // The lease is over either way; a waiter's tick serves the queue.

@@ -219,6 +219,7 @@ struct shared_stats {
   std::atomic<std::uint64_t> force_released;
   std::atomic<std::uint64_t> reclaimed_seats;
   std::atomic<std::uint64_t> recoveries;
+  std::atomic<std::uint64_t> errors;  // failures under the lock reported by log, not by a caller
   shared_histogram wait;
   shared_histogram hold;
 };
@@ -237,7 +238,7 @@ constexpr std::uint32_t ewma_ms(std::uint64_t w) {
 }
 
 /// Bytes between the stats and the fast path's line, which ends the page.
-inline constexpr std::size_t kHeaderPadding = 3200;
+inline constexpr std::size_t kHeaderPadding = 3136;
 
 struct alignas(kCacheLine) segment_header {
   // --- identity: written once at initialization -------------------------
@@ -277,6 +278,11 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::int64_t> resettle_due_ns;  // 0: none pending
   std::int64_t resettle_backoff_ns;
   std::uint32_t free_waiter;  // head of the free waiter slots (1-based), kNil: none
+  // Non-zero from the start of a repair until it finished: a repair that
+  // failed (it could not allocate) leaves it set, and the next locker
+  // repairs again. The mutex itself must be marked consistent either way,
+  // or it would be lost for good.
+  std::uint32_t repair_pending;
 
   alignas(kCacheLine) shared_stats stats;
 

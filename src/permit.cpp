@@ -110,19 +110,18 @@ std::int64_t ns_of(Permit::clock::time_point t) {
 // was held; otherwise `why` says what happened to it.
 bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
                 detail::loss& why, int& used_after) {
-  detail::wake_list wakes;
-  a.lock(INT64_MAX);
+  detail::segment_lock lk(a, sys::kNever);
   const std::int64_t now = detail::lease_clock();
   const std::uint64_t held = detail::layout::slot_state(gen, detail::layout::kSlotHeld);
   bool ended = false;
   switch (a.lease_state(slot, gen, id, now, &why)) {
     case attachment::lease_status::held:
-      ended = a.end_lease(slot, held, detail::layout::kLostReleased, now, wakes);
+      ended = a.end_lease(slot, held, detail::layout::kLostReleased, now, lk.wakes);
       break;
     case attachment::lease_status::expired:
       // Expired but not yet reclaimed: reclaim it now, as expired. Only
       // this lease: (slot, gen) and the id are its own.
-      a.end_lease(slot, held, detail::layout::kLostExpired, now, wakes);
+      a.end_lease(slot, held, detail::layout::kLostExpired, now, lk.wakes);
       break;
     default:
       break;
@@ -131,8 +130,6 @@ bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint6
   detail::pin(a, -1);
   // What a detacher's gate RMW meets, as a lock-free release's CAS does.
   a.hdr->gate.fetch_add(0, std::memory_order_acq_rel);
-  a.unlock();
-  a.wake(wakes);
   return ended;
 }
 }  // namespace

@@ -17,18 +17,19 @@ namespace shmsem::detail {
 extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
                            std::int64_t ttl_ms, std::int64_t deadline_ns, std::int64_t* expires,
                            std::string* why) {
-  if (!a.lock(deadline_ns)) return extend_result::busy;
+  segment_lock lk(a, deadline_ns);
+  if (!lk.owns()) return extend_result::busy;
   const std::int64_t now = lease_clock();
   loss l;
   if (!a.holds(slot, gen, id, now, &l)) {
-    a.unlock();
+    lk.unlock();
     if (why) *why = l.describe();
     return extend_result::lost;
   }
   const std::int64_t exp = now + ttl_ms * 1'000'000;
   a.leases[slot].expires_ns.store(exp, std::memory_order_relaxed);
   a.lower_earliest_expiry(exp);
-  a.unlock();
+  lk.unlock();
   if (expires) *expires = exp;
   return extend_result::extended;
 }

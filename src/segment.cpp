@@ -502,15 +502,14 @@ bool attachment::try_detach(attachment* a, std::unique_lock<std::mutex>& lock) {
 }
 
 void attachment::finish_detach(attachment* a) noexcept {
-  bool locked = false;
   try {
-    locked = a->lock(sys::kNever);
+    segment_lock lk(*a, sys::kNever);
+    a->retire_self();
   } catch (const std::exception& e) {  // unrecoverable lock: detach without tidying
     log().error("{} (detaching without freeing the holder record)", e.what());
-  }
-  if (locked) {
-    a->retire_self();
-    a->unlock();
+    // Our lifeline must go before the mapping does, lock or no lock.
+    const std::uint32_t me = a->self.load(std::memory_order_relaxed);
+    if (me != kNoSelf) lifeline::disarm(&a->holders[me].lifeline, &a->holders[me].lifeline_state);
   }
   // Never unmap while holding the lock: the kernel could no longer reach
   // the robust mutex to mark it if we died.
@@ -587,17 +586,12 @@ bool attachment::lock(std::int64_t deadline_ns) {
                   : ": open it again"));
   switch (sys::robust_mutex_lock(&hdr->mutex, deadline_ns)) {
     case sys::lock_result::locked:
+      if (hdr->repair_pending) repair_after_death(false);
       break;
     case sys::lock_result::timed_out:
       return false;
     case sys::lock_result::owner_died:
-      repair();
-      sys::robust_mutex_make_consistent(&hdr->mutex);
-      add(hdr->stats.recoveries, 1);
-      log().warn(
-          "semaphore '{}': a process died holding the segment lock; the segment was "
-          "repaired from its lease table",
-          key);
+      repair_after_death(true);
       break;
     case sys::lock_result::unrecoverable:
       fail(errc::bad_segment, "the segment lock is unrecoverable");
@@ -608,6 +602,51 @@ bool attachment::lock(std::int64_t deadline_ns) {
 
 void attachment::unlock() noexcept {
   sys::robust_mutex_unlock(&hdr->mutex);
+}
+
+void attachment::repair_after_death(bool owner_died) {
+  // Set until the repair has finished, so that one cut short (here by an
+  // exception, or by our own death) is done again by the next locker.
+  hdr->repair_pending = 1;
+  std::string failure;
+  try {
+    SHMSEM_HOOK(repairing);
+    repair();
+    hdr->repair_pending = 0;
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  // The mutex is marked consistent whether or not the segment is: left
+  // inconsistent and unlocked it would be lost for good. repair_pending
+  // tells the next locker that the segment still needs it.
+  if (owner_died)
+    if (int err = sys::robust_mutex_make_consistent(&hdr->mutex); err != 0 && failure.empty())
+      failure = std::string("cannot mark the segment lock consistent: ") + std::strerror(err);
+  if (!failure.empty()) {
+    report_error("repairing the segment after a death failed (" + failure +
+                     "); the next process to take the lock repairs again",
+                 repair_failing);
+    unlock();
+    fail(errc::bad_segment, "repairing the segment after a death failed (" + failure +
+                                "); the next process to take the lock repairs again");
+  }
+  repair_failing.store(false, std::memory_order_relaxed);
+  add(hdr->stats.recoveries, 1);
+  if (owner_died)
+    log().warn(
+        "semaphore '{}': a process died holding the segment lock; the segment was repaired "
+        "from its lease table",
+        key);
+  else
+    log().warn("semaphore '{}': a repair that had failed was done again", key);
+}
+
+void attachment::report_error(const std::string& what, std::atomic<bool>& failing) const {
+  add(hdr->stats.errors, 1);
+  if (!failing.exchange(true, std::memory_order_relaxed))
+    log().error("semaphore '{}': {}", key, what);
+  else
+    log().debug("semaphore '{}': {}", key, what);
 }
 
 void attachment::repair() {
@@ -881,8 +920,15 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
   const std::int64_t now = lease_clock();
   // A record is ours once we hold its token byte. One whose token another
   // description still holds (a process that freed the record and has not
-  // yet closed its descriptor) is skipped and put back.
+  // yet closed its descriptor) is skipped, and put back whatever happens.
   std::vector<std::uint32_t> busy;
+  struct put_back {
+    attachment& a;
+    std::vector<std::uint32_t>& records;
+    ~put_back() {
+      for (std::uint32_t h : records) a.free_holder_record(h);
+    }
+  } restore{*this, busy};
   auto claim_from_free_list = [&]() -> std::uint32_t {
     while (hdr->free_holder != kNil) {
       const std::uint32_t h = hdr->free_holder - 1;
@@ -893,36 +939,28 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
     return kNoSelf;
   };
   std::uint32_t chosen = claim_from_free_list();
-  if (chosen == kNoSelf) {
-    // Records of processes that died owing nothing are still attached:
-    // their lifelines say so without a system call; the token confirms.
-    const std::uint32_t n = std::min(hdr->holder_slots.load(), kMaxHolders);
-    const std::uint32_t me = self.load(std::memory_order_relaxed);
-    for (std::uint32_t h = 0; h < n; ++h)
-      if (h != me && holders[h].state.load() == kHolderAttached &&
-          holders[h].lifeline_state.load(std::memory_order_acquire) == kLifelineArmed &&
-          !sys::robust_mutex_owner_alive(&holders[h].lifeline) && holder_gone(h))
-        reap_holder(h, now, wakes);
-    chosen = claim_from_free_list();
+  if (chosen != kNoSelf) return chosen;
+  // Records of processes that died owing nothing are still attached:
+  // their lifelines say so without a system call; the token confirms.
+  const std::uint32_t me = self.load(std::memory_order_relaxed);
+  std::uint32_t n = std::min(hdr->holder_slots.load(), kMaxHolders);
+  for (std::uint32_t h = 0; h < n; ++h)
+    if (h != me && holders[h].state.load() == kHolderAttached &&
+        holders[h].lifeline_state.load(std::memory_order_acquire) == kLifelineArmed &&
+        !sys::robust_mutex_owner_alive(&holders[h].lifeline) && holder_gone(h))
+      reap_holder(h, now, wakes);
+  if ((chosen = claim_from_free_list()) != kNoSelf) return chosen;
+  if (n < kMaxHolders) {
+    grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
+    link_free_holders(hdr, holders, n, hdr->holder_slots.load());
+    return claim_from_free_list();
   }
-  if (chosen == kNoSelf) {
-    const std::uint32_t n = hdr->holder_slots.load();
-    if (n < kMaxHolders) {
-      grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
-      link_free_holders(hdr, holders, n, hdr->holder_slots.load());
-      chosen = claim_from_free_list();
-    } else {
-      // The table is full: only then probe the tokens of holders without a
-      // lifeline, one system call each.
-      const std::uint32_t me = self.load(std::memory_order_relaxed);
-      for (std::uint32_t h = 0; h < n; ++h)
-        if (h != me && holders[h].state.load() == kHolderAttached && holder_gone(h))
-          reap_holder(h, now, wakes);
-      chosen = claim_from_free_list();
-    }
-  }
-  for (std::uint32_t h : busy) free_holder_record(h);
-  return chosen;
+  // The table is full: only now probe the tokens of the holders without a
+  // lifeline, a system call each.
+  for (std::uint32_t h = 0; h < n; ++h)
+    if (h != me && holders[h].state.load() == kHolderAttached && holder_gone(h))
+      reap_holder(h, now, wakes);
+  return claim_from_free_list();
 }
 
 void attachment::free_holder_record(std::uint32_t h) {
@@ -1381,7 +1419,18 @@ void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
     // Strict FIFO: a head that does not fit holds back everyone behind it.
     if (!admit(s.weight, true)) break;
     std::uint64_t id = 0, gen = 0;
-    grant(s.holder.load(std::memory_order_relaxed), s.weight, s.ttl_ms, now, id, gen, &s);
+    try {
+      grant(s.holder.load(std::memory_order_relaxed), s.weight, s.ttl_ms, now, id, gen, &s);
+    } catch (const SegmentError& e) {
+      // No lease slot for it (a full /dev/shm, or every slot in use): the
+      // seats went back to the gate and it stays first in line. Whoever
+      // releases, or the head's own timer, tries again; the caller here
+      // (a release, a reap) has done its own part and must not fail.
+      report_error(std::string(e.what()) + " (a queued waiter stays queued until it can be served)",
+                   grant_failing);
+      break;
+    }
+    grant_failing.store(false, std::memory_order_relaxed);
     SHMSEM_HOOK(mid_handoff);
     record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
     dequeue(head - 1);

@@ -36,7 +36,9 @@ namespace shmsem::detail {
 /// returned to the thread's cache). In the renewal thread, with a permit's
 /// renewal mutex held, before it extends the lease: `renewing`. In a
 /// blocked acquire that stopped waiting (granted, timed out, cancelled),
-/// before it takes the lock to leave the queue: `leaving`.
+/// before it takes the lock to leave the queue: `leaving`. With the lock
+/// held after an owner died, before the repair: `repairing` (a hook may
+/// throw there, as a repair that cannot allocate would).
 namespace testing {
 enum class point {
   locked,
@@ -50,6 +52,7 @@ enum class point {
   fast_released,
   renewing,
   leaving,
+  repairing,
 };
 /// The point's name as written above, for test names and reports.
 constexpr const char* point_name(point p) {
@@ -76,6 +79,8 @@ constexpr const char* point_name(point p) {
       return "renewing";
     case point::leaving:
       return "leaving";
+    case point::repairing:
+      return "repairing";
   }
   return "unknown";
 }
@@ -205,11 +210,6 @@ struct attachment {
   /// a concurrent attach.
   static bool remove_if_unused(std::string_view key);
 
-  // --- the lock
-  /// Locks with a deadline; repairs after an owner died. False on timeout.
-  bool lock(std::int64_t deadline_ns);
-  void unlock() noexcept;
-
   // --- the gate (any thread, locked or not)
   std::uint64_t gate() const { return hdr->gate.load(std::memory_order_acquire); }
   std::int32_t used() const { return layout::gate_used(gate()); }
@@ -337,7 +337,25 @@ struct attachment {
 
   [[noreturn]] void fail(errc code, const std::string& problem) const;
 
+  /// Logs a failure under the lock that no caller can be told of, and
+  /// counts it in stats.errors. The first of a run of failures of one kind
+  /// is a warning, the rest are debug lines until one success.
+  void report_error(const std::string& what, std::atomic<bool>& failing) const;
+  std::atomic<bool> grant_failing{false};   // grant_queued() could not grant for lack of space
+  std::atomic<bool> told_lock_busy{false};  // try_acquire() found the lock busy (logged once)
+  std::atomic<bool> repair_failing{false};  // the last repair by this process failed
+
  private:
+  friend class segment_lock;
+  /// The robust mutex, only through segment_lock. Locks with a deadline;
+  /// repairs after an owner died (or after a repair that failed). False on
+  /// timeout. Throws SegmentError, with the mutex released, if it cannot be
+  /// used (unrecoverable, or the repair failed).
+  bool lock(std::int64_t deadline_ns);
+  void unlock() noexcept;
+  /// [locked] Runs repair() after `owner_died` (the mutex is then
+  /// inconsistent) or because a repair before failed.
+  void repair_after_death(bool owner_died);
   void repair();
   /// [locked] Recomputes the seats in use from the held lease slots. The
   /// gate is frozen meanwhile, so no lock-free operation lands during the
@@ -368,6 +386,37 @@ struct attachment {
   /// [locked] Takes a slot off the free list (or a new one), growing the
   /// table when every slot is a lease or reserved. Throws SegmentError.
   std::uint32_t take_free_slot();
+};
+
+/// The segment lock, held for a scope: the only way to take the segment's
+/// robust mutex. Whatever ends the scope (an exception included) unlocks,
+/// then wakes the waiters collected in `wakes`: waking under the lock would
+/// make them block on it straight away. After an owner died it repairs
+/// first (see attachment::repair()).
+class segment_lock {
+ public:
+  /// Takes the lock, waiting until the absolute CLOCK_MONOTONIC `deadline_ns`
+  /// (sys::kNever: no limit); owns() tells whether it was taken. Throws
+  /// SegmentError (naming the key) when the lock is unrecoverable, when a
+  /// repair after a death failed (the next locker repairs again), or in a
+  /// fork child that could not get a file description of its own.
+  segment_lock(attachment& a, std::int64_t deadline_ns) : a_(a), owns_(a.lock(deadline_ns)) {}
+  ~segment_lock() { unlock(); }
+  segment_lock(const segment_lock&) = delete;
+  segment_lock& operator=(const segment_lock&) = delete;
+  bool owns() const noexcept { return owns_; }
+  /// Lets go early, then wakes.
+  void unlock() noexcept {
+    if (!owns_) return;
+    owns_ = false;
+    a_.unlock();
+    a_.wake(wakes);
+  }
+  wake_list wakes;
+
+ private:
+  attachment& a_;
+  bool owns_;
 };
 
 /// The clock value stored in leases (CLOCK_MONOTONIC_COARSE).

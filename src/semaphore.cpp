@@ -30,6 +30,9 @@ std::atomic<std::uint64_t> next_handle_id{1};
 // and a 10 ms tick measured 0.8-1.3%), and a dead holder's seats still come
 // back within about 20 ms (the limit is 50 ms).
 constexpr std::int64_t kHeadTickNs = 20'000'000;
+// How long try_acquire() waits for the segment lock (held for microseconds,
+// unless its holder is stopped or starved of CPU).
+constexpr std::int64_t kTryLockNs = 10'000'000;
 // The second in line checks that the head is alive. Rarely needed (a dead
 // head is also found by the next release), so it can be slow.
 constexpr std::int64_t kSecondTickNs = 500'000'000;
@@ -49,26 +52,6 @@ void check_duration(std::chrono::milliseconds d, const char* what, bool allow_ne
                                 std::to_string(d.count()) + " ms is out of range (0.." +
                                 std::to_string(kMaxDuration.count()) + " ms)");
 }
-
-// Holds the segment lock for a scope; wakes collected waiters after unlocking.
-class locked {
- public:
-  locked(attachment& a, std::int64_t deadline) : a_(a), owns_(a.lock(deadline)) {}
-  ~locked() { unlock(); }
-  bool owns() const { return owns_; }
-  void unlock() {
-    if (owns_) {
-      owns_ = false;
-      a_.unlock();
-      a_.wake(wakes);
-    }
-  }
-  wake_list wakes;
-
- private:
-  attachment& a_;
-  bool owns_;
-};
 
 Outcome outcome_of(Reason r) {
   switch (r) {
@@ -121,7 +104,7 @@ void release_after_work(Permit& p) noexcept {
 
 using detail::attachment;
 using detail::handle;
-using detail::locked;
+using detail::segment_lock;
 
 namespace {
 
@@ -325,7 +308,7 @@ bool admits_now(attachment& a, int n, std::int64_t now, detail::wake_list& wakes
 
 // [locked] Grants the seats to this process at once, unlocks, and tells the
 // observer.
-Permit grant_now(handle& h, locked& lk, std::uint32_t self, const acquisition& q,
+Permit grant_now(handle& h, segment_lock& lk, std::uint32_t self, const acquisition& q,
                  std::int64_t now) {
   attachment& a = *h.att;
   std::uint64_t id, gen;
@@ -432,7 +415,7 @@ namespace {
   if (!entry) entry = detail::prepare_entry(a);
   std::uint32_t w;
   {
-    locked lk(a, deadline);
+    segment_lock lk(a, deadline);
     if (!lk.owns()) throw fail(Reason::timeout, 0, 0, false);
     if (entry) detail::fill_entry(a, *entry, lk.wakes);
     const std::uint32_t self = a.ensure_self(lk.wakes);
@@ -519,7 +502,7 @@ namespace {
           head ? a.watch(detail::lease_clock()) || detail::layout::gate_fits(a.gate(), n)
                : a.head_gone();
       if (act) {
-        locked lk(a, deadline);
+        segment_lock lk(a, deadline);
         if (lk.owns()) {
           a.reap(detail::lease_clock(), lk.wakes);
           a.grant_queued(detail::lease_clock(), lk.wakes);
@@ -532,7 +515,7 @@ namespace {
       [[maybe_unused]] const std::string_view key = a.key;
       SHMSEM_HOOK(leaving);
     }
-    locked lk(a, sys::kNever);
+    segment_lock lk(a, sys::kNever);
     const std::int64_t now = detail::lease_clock();
     if (slot.state.load(std::memory_order_acquire) == detail::layout::kGranted) {
       lease = slot.lease.load(std::memory_order_relaxed);
@@ -621,7 +604,18 @@ namespace {
   };
   if (shut_down(h)) return failed(Outcome::shutdown);
   if (!entry) entry = detail::prepare_entry(a);
-  locked lk(a, sys::kNever);
+  // A try does not wait: not for seats, and not long for the lock. A lock
+  // held longer than this is held by a stopped (or very slow) process;
+  // the semaphore is as good as full.
+  segment_lock lk(a, sys::precise_now_ns() + detail::kTryLockNs);
+  if (!lk.owns()) {
+    if (!a.told_lock_busy.exchange(true, std::memory_order_relaxed))
+      detail::log().warn(
+          "semaphore '{}': try_acquire() found the segment lock held for over {} ms (is a "
+          "process stopped while holding it?) and reported no seat; said once per process",
+          a.key, detail::kTryLockNs / 1'000'000);
+    return failed(Outcome::unavailable);
+  }
   if (entry) detail::fill_entry(a, *entry, lk.wakes);
   const std::uint32_t self = a.ensure_self(lk.wakes);
   const std::int64_t now = detail::lease_clock();
@@ -732,6 +726,7 @@ Stats Semaphore::stats() const {
   out.force_released = rd(s.force_released);
   out.reclaimed_seats = rd(s.reclaimed_seats);
   out.recoveries = rd(s.recoveries);
+  out.errors = rd(s.errors);
   read_histogram(s.wait, out.wait);
   read_histogram(s.hold, out.hold);
   // The fast path's counters, one record per thread: every grant there is
@@ -804,11 +799,30 @@ Snapshot Semaphore::snapshot() const {
 // ---------------------------------------------------------------------------
 // Administration
 
-int Semaphore::reap() {
+namespace {
+// The deadline of an administrative call's wait for the segment lock.
+std::int64_t lock_deadline(std::optional<std::chrono::milliseconds> timeout) {
+  if (!timeout) return sys::kNever;
+  return sys::precise_now_ns() + std::chrono::nanoseconds(std::max(*timeout, {})).count();
+}
+
+// The segment lock for an administrative call, or SegmentError
+// (errc::lock_timeout) naming the key once `timeout` has passed.
+void require_lock(const attachment& a, const segment_lock& lk, const char* call,
+                  std::optional<std::chrono::milliseconds> timeout) {
+  if (lk.owns()) return;
+  a.fail(errc::lock_timeout, std::string(call) + " waited " + std::to_string(timeout->count()) +
+                                 " ms for the segment lock, which another process holds (is it "
+                                 "stopped?)");
+}
+}  // namespace
+
+int Semaphore::reap(std::optional<std::chrono::milliseconds> lock_timeout) {
   attachment& a = *h_->att;
   int freed;
   {
-    locked lk(a, sys::kNever);
+    segment_lock lk(a, lock_deadline(lock_timeout));
+    require_lock(a, lk, "reap()", lock_timeout);
     freed = a.reap(detail::lease_clock(), lk.wakes, true);
   }
   if (freed > 0 && h_->opts.observer)
@@ -816,12 +830,13 @@ int Semaphore::reap() {
   return freed;
 }
 
-void Semaphore::set_capacity(int permits) {
+void Semaphore::set_capacity(int permits, std::optional<std::chrono::milliseconds> lock_timeout) {
   if (permits < 1 || permits > kMaxCapacity)
     throw std::invalid_argument("shmsem: set_capacity() needs 1.." + std::to_string(kMaxCapacity) +
                                 ", got " + std::to_string(permits));
   attachment& a = *h_->att;
-  locked lk(a, sys::kNever);
+  segment_lock lk(a, lock_deadline(lock_timeout));
+  require_lock(a, lk, "set_capacity()", lock_timeout);
   a.grow_leases(static_cast<std::uint32_t>(permits));
   const std::int64_t now = detail::lease_clock();
   a.ewma_sample(now);
@@ -830,9 +845,10 @@ void Semaphore::set_capacity(int permits) {
   a.grant_queued(now, lk.wakes);
 }
 
-int Semaphore::force_release_all() {
+int Semaphore::force_release_all(std::optional<std::chrono::milliseconds> lock_timeout) {
   attachment& a = *h_->att;
-  locked lk(a, sys::kNever);
+  segment_lock lk(a, lock_deadline(lock_timeout));
+  require_lock(a, lk, "force_release_all()", lock_timeout);
   const std::int64_t now = detail::lease_clock();
   int displaced = 0;
   const std::uint32_t hwm = a.hdr->lease_hwm.load(std::memory_order_relaxed);
@@ -869,7 +885,7 @@ bool Semaphore::wait_idle(std::chrono::milliseconds timeout) {
       break;
     }
     if (a.watch(detail::lease_clock())) {
-      locked lk(a, deadline);
+      segment_lock lk(a, deadline);
       if (lk.owns()) a.reap(detail::lease_clock(), lk.wakes);
       continue;
     }

@@ -48,6 +48,8 @@ enum class errc {
                       ///< std::errc::device_or_resource_busy
   too_many,           ///< a fixed table (holders, waiters) of the segment is full; ==
                       ///< std::errc::resource_unavailable_try_again
+  lock_timeout,       ///< the segment lock stayed busy past the caller's timeout (a process
+                      ///< stopped while holding it?); == std::errc::timed_out
 };
 
 /// The "shmsem" error category.

@@ -73,6 +73,11 @@ class SHMSEM_API Permit {
   /// Frees the seats and wakes waiters. A second call does nothing.
   /// Throws PermitNotHeldError if the seats were lost first; the message
   /// says why and since when. Either way the permit is empty afterwards.
+  /// Uncontended it takes no lock; otherwise it waits for the segment lock
+  /// without limit (the seats must go back, even past a stopped process).
+  /// A failure to hand the seats on to queued waiters (a full /dev/shm) does
+  /// not fail the release: it is logged, counted in stats().errors, and the
+  /// head waiter retries.
   /// A permit inherited across fork() belongs to the parent: release() in
   /// the child throws PermitNotHeldError and leaves the parent's seats alone.
   /// Thread-safe against the auto-renewal thread; call it from one thread at a time.

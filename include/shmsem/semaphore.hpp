@@ -13,6 +13,15 @@
 //
 // A Semaphore is movable and safe to use from many threads at once. Many
 // handles to one key in one process share one mapping.
+//
+// The segment lock. Uncontended acquires and releases take no lock. The
+// rest (a thread's first acquire, contention, administration) take the
+// segment's lock for microseconds. A process stopped (SIGSTOP, a debugger)
+// while it holds that lock holds it until it continues; each call below
+// says what it does then: acquire() waits within its wait_timeout,
+// try_acquire() waits about 10 ms and reports no seat, the administrative
+// calls wait for their optional lock_timeout, release() waits (the seats
+// must go back). The lock-free reads never wait.
 #pragma once
 
 #include <shmsem/errors.hpp>
@@ -84,18 +93,26 @@ class SHMSEM_API Semaphore {
 
   /// Takes n seats, all or nothing, blocking in FIFO order until they are
   /// free. Ends with AcquisitionError: Reason::timeout when
-  /// opts.wait_timeout runs out, cancelled when opts.stop is requested,
-  /// shutdown after shutdown(), exceeds_capacity when n > capacity() now or
-  /// after a shrink while waiting, error when the segment fails.
-  /// Throws std::invalid_argument for n < 1 or a bad duration.
+  /// opts.wait_timeout runs out (the wait for the segment lock counts),
+  /// cancelled when opts.stop is requested, shutdown after shutdown(),
+  /// exceeds_capacity when n > capacity() now or after a shrink while
+  /// waiting. Throws SegmentError when the segment cannot be used (for
+  /// example a full /dev/shm when the lease table must grow), and
+  /// std::invalid_argument for n < 1 or a bad duration.
   /// While it waits, dead holders and expired leases are reclaimed within
-  /// about 20 ms. Uncontended, it makes no system call and no allocation.
+  /// about 20 ms. A grant whose TTL ran out before this thread ran to take
+  /// it is not returned: the call queues again, first in line. The permit
+  /// it returns was held when it was taken. Uncontended, it makes no system
+  /// call and no allocation.
   Permit acquire(int n = 1, const AcquireOptions& opts = {});
 
   /// One attempt, no waiting for seats. Reclaims dead holders' seats and
   /// expired leases before it reports the semaphore full. Returns nullopt
   /// when the seats are not free now, when others are queued, when n >
-  /// capacity(), or after shutdown. Throws std::invalid_argument for n < 1.
+  /// capacity(), after shutdown, or when the segment lock stayed busy for
+  /// about 10 ms (a process stopped while holding it; logged once per
+  /// process). Throws std::invalid_argument for n < 1, SegmentError when the
+  /// segment cannot be used.
   std::optional<Permit> try_acquire(int n = 1, const AcquireOptions& opts = {});
 
   /// Acquires n seats, runs fn (with the Permit& if fn accepts one), and
@@ -137,21 +154,25 @@ class SHMSEM_API Semaphore {
   Snapshot snapshot() const;
 
   /// Reclaims dead holders' and expired leases' seats now and wakes waiters.
-  /// Returns the seats freed. Takes the segment lock briefly.
-  int reap();
+  /// Returns the seats freed. Waits for the segment lock without limit, or
+  /// at most `lock_timeout`, then throws SegmentError (errc::lock_timeout,
+  /// naming the key).
+  int reap(std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt);
 
   /// Sets the fleet-wide capacity to `permits` (1..kMaxCapacity, else
   /// std::invalid_argument). Growing wakes waiters. Shrinking takes no seat
   /// away: new seats are granted only once used < permits, and waiters whose
   /// n no longer fits end with Reason::exceeds_capacity. Throws SegmentError
-  /// (errc::no_space) if /dev/shm cannot hold the larger lease table.
-  void set_capacity(int permits);
+  /// (errc::no_space) if /dev/shm cannot hold the larger lease table, and
+  /// changes nothing then. Waits for the segment lock as reap() does.
+  void set_capacity(int permits,
+                    std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt);
 
   /// Frees every seat and wakes waiters. Returns the number of leases whose
   /// holder was alive and unexpired: their release(), is_held() and
   /// extend() then report the loss. Dead and expired leases are freed too
-  /// but not counted.
-  int force_release_all();
+  /// but not counted. Waits for the segment lock as reap() does.
+  int force_release_all(std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt);
 
   /// Blocks until used() == 0 (true) or the timeout passes (false). Reaps
   /// dead holders and expired leases while it waits; does not block new acquires.

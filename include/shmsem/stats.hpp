@@ -46,6 +46,10 @@ struct Stats {
   /// repairs after a process died holding the segment lock, or halfway
   /// through a lock-free acquire or release (one per such death)
   std::uint64_t recoveries = 0;
+  /// failures inside the segment lock that no caller could be told of,
+  /// each logged: a grant to a queued waiter that found /dev/shm full, a
+  /// repair that failed (the next locker repairs again)
+  std::uint64_t errors = 0;
   Histogram wait;  ///< time from call to grant, for granted leases
   Histogram hold;  ///< time from grant to release, for released leases
 };

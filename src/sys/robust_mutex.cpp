@@ -53,8 +53,8 @@ lock_result robust_mutex_lock(pthread_mutex_t* m, std::int64_t deadline_ns) {
   }
 }
 
-void robust_mutex_make_consistent(pthread_mutex_t* m) {
-  pthread_mutex_consistent(m);
+int robust_mutex_make_consistent(pthread_mutex_t* m) {
+  return pthread_mutex_consistent(m);
 }
 
 void robust_mutex_unlock(pthread_mutex_t* m) {

@@ -20,8 +20,8 @@ int robust_mutex_init(pthread_mutex_t* m);
 /// (kNever: without limit).
 lock_result robust_mutex_lock(pthread_mutex_t* m, std::int64_t deadline_ns);
 
-/// Marks the state repaired after owner_died.
-void robust_mutex_make_consistent(pthread_mutex_t* m);
+/// Marks the state repaired after owner_died. Returns errno or 0.
+int robust_mutex_make_consistent(pthread_mutex_t* m);
 
 void robust_mutex_unlock(pthread_mutex_t* m);
 

@@ -1,0 +1,255 @@
+// lock_safety_test.cpp: the segment lock cannot leak. Three ways a live
+// process could keep it for ever, or keep others waiting on it:
+//   - an error under the lock: /dev/shm is full when a release must grow
+//     the lease table to hand its seats to queued waiters;
+//   - a repair after a death that fails (it throws);
+//   - a process stopped while it holds the lock: calls that promised not
+//     to wait must not wait for it.
+// Each must leave every other call returning within its bound, nothing
+// over the capacity, and the semaphore usable once the cause is gone.
+#include <shmsem/shmsem.hpp>
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <latch>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fault_util.hpp"
+#include "segment.hpp"
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+constexpr int kSkipped = 77;
+
+// Makes /dev/shm a tmpfs of `size` in a new mount namespace; false if refused.
+bool private_small_dev_shm(const char* size, std::string& why) {
+  if (::unshare(CLONE_NEWNS) != 0) {
+    why = std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
+    return false;
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, (std::string("mode=1777,size=") + size).c_str()) !=
+          0) {
+    why = std::string("mount tmpfs on /dev/shm: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+// Takes every free byte of the file system.
+void fill(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  off_t off = 0;
+  for (off_t chunk = 1 << 20; chunk >= 4096; chunk /= 2)
+    while (::fallocate(fd, 0, off, chunk) == 0) off += chunk;
+  ::close(fd);
+}
+
+// A queued waiter in another process: reports 'q' once it is about to wait,
+// then 'g' when granted (and holds until told), 't' when its budget ran out.
+struct queued_waiter {
+  test::pipe_channel up, down;
+  test::child_process proc;
+  queued_waiter(const std::string& key, std::chrono::milliseconds budget)
+      : proc([this, key, budget] {
+          Semaphore s = Semaphore::attach(key);
+          up.send('q');
+          try {
+            Permit p = s.acquire(1, {.wait_timeout = budget});
+            up.send('g');
+            down.receive(60s);
+          } catch (const AcquisitionError& e) {
+            up.send(e.reason() == Reason::timeout ? 't' : 'e');
+          }
+          return 0;
+        }) {}
+};
+
+TEST(LockSafety, FullDevShmDuringAHandoffNeitherHangsNorLosesTheWaiters) {
+  test::child_process child([] {
+    std::string why;
+    if (!private_small_dev_shm("256k", why)) {
+      std::fprintf(stderr, "skipped: %s\n", why.c_str());
+      return kSkipped;
+    }
+    const std::string key = "fault.handoff";
+    Semaphore sem = Semaphore::open(key, 2);
+    sem.acquire().release();       // this thread now acquires without the lock
+    Permit both = sem.acquire(2);  // lock-free, from its reserve of slots
+    fill("/dev/shm/filler");
+    // Threads that each reserve what is left of the lease table (a
+    // reservation that cannot grow the table just stops), and stay alive
+    // with their reserves.
+    std::latch done(1);
+    std::vector<std::thread> reservers;
+    for (int i = 0; i < 12; ++i)
+      reservers.emplace_back([&] {
+        EXPECT_FALSE(sem.try_acquire().has_value());
+        done.wait();
+      });
+    queued_waiter w1(key, 30s);
+    EXPECT_EQ(w1.up.receive(), 'q');
+    EXPECT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
+    queued_waiter w2(key, 30s);
+    EXPECT_EQ(w2.up.receive(), 'q');
+    EXPECT_TRUE(test::eventually([&] { return sem.waiters() == 2; }));
+    queued_waiter w3(key, 1s);  // gives up while the disk is full
+    EXPECT_EQ(w3.up.receive(), 'q');
+    EXPECT_TRUE(test::eventually([&] { return sem.waiters() == 3; }));
+
+    // The handoff needs two lease slots the table does not have, and
+    // cannot grow: the release itself must still return, with the lock free.
+    const auto start = clk::now();
+    both.release();
+    EXPECT_LT(clk::now() - start, 5s);
+    EXPECT_GE(sem.stats().errors, 1u) << "the failed handoff was not counted";
+    EXPECT_LE(sem.used(), 2);
+    // Others' calls return: a try within its bound, a waiter at its budget.
+    auto tried = std::async(std::launch::async, [&] { return sem.try_acquire().has_value(); });
+    EXPECT_EQ(tried.wait_for(5s), std::future_status::ready) << "try_acquire() hung";
+    if (tried.wait_for(0s) == std::future_status::ready) {
+      EXPECT_FALSE(tried.get());
+    }
+    EXPECT_EQ(w3.up.receive(10s), 't') << "a queued waiter hung past its 1 s budget";
+
+    // Room again: the queued waiters are served, the bound holds.
+    ::unlink("/dev/shm/filler");
+    EXPECT_EQ(w1.up.receive(10s), 'g');
+    EXPECT_EQ(w2.up.receive(10s), 'g');
+    EXPECT_EQ(sem.used(), 2);
+    EXPECT_FALSE(sem.try_acquire().has_value());
+    w1.down.send();
+    w2.down.send();
+    EXPECT_EQ(w1.proc.wait(), 0);
+    EXPECT_EQ(w2.proc.wait(), 0);
+    EXPECT_EQ(w3.proc.wait(), 0);
+    done.count_down();
+    for (auto& t : reservers) t.join();
+    EXPECT_EQ(sem.used(), 0);
+    EXPECT_TRUE(test::stats_add_up(sem));
+    return 0;
+  });
+  const int rc = child.wait(120s);
+  if (rc == kSkipped)
+    SHMSEM_SKIP_WITHOUT_CAPABILITY(
+        "cannot mount a private tmpfs on /dev/shm here (needs root); see stderr");
+  EXPECT_EQ(rc, 0);
+}
+
+void die_when_locked(detail::testing::point p, std::string_view) {
+  if (p == detail::testing::point::locked) ::raise(SIGKILL);
+}
+void fail_to_repair(detail::testing::point p, std::string_view) {
+  if (p == detail::testing::point::repairing) throw std::bad_alloc();
+}
+
+TEST(LockSafety, ARepairThatFailsReleasesTheLockAndTheNextLockerRepairs) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 2);
+  test::child_process dies([&] {
+    Semaphore s = Semaphore::attach(key);
+    detail::testing::set_hook(die_when_locked);
+    s.acquire();  // killed inside the lock: the mutex is left owner-died
+    return 1;
+  });
+  EXPECT_EQ(dies.wait(), 128 + SIGKILL);
+  test::pipe_channel report, stay;
+  test::child_process repairer([&] {
+    Semaphore s = Semaphore::attach(key);
+    detail::testing::set_hook(fail_to_repair);
+    try {
+      s.try_acquire();
+      report.send('n');  // the repair did not run, or did not fail
+    } catch (const SegmentError& e) {
+      const bool names_key = std::string(e.what()).find(key.str()) != std::string::npos;
+      report.send(names_key ? 'e' : 'k');
+    }
+    stay.receive(60s);  // alive: a lock it kept would stay kept
+    return 0;
+  });
+  ASSERT_EQ(report.receive(), 'e') << "n: no failed repair; k: the error did not name the key";
+  // The lock is free, and this process repairs again and goes on.
+  Permit p = sem.acquire(1, {.wait_timeout = 5s});
+  EXPECT_TRUE(p.is_held());
+  EXPECT_EQ(sem.stats().recoveries, 1u);
+  EXPECT_GE(sem.stats().errors, 1u);
+  auto second = sem.try_acquire();
+  EXPECT_TRUE(second.has_value());
+  EXPECT_EQ(sem.used(), 2);
+  stay.send();
+  EXPECT_EQ(repairer.wait(), 0);
+  p.release();
+  second->release();
+  EXPECT_TRUE(test::stats_add_up(sem));
+}
+
+void stop_when_locked(detail::testing::point p, std::string_view) {
+  if (p == detail::testing::point::locked) ::raise(SIGSTOP);
+}
+
+TEST(LockSafety, CallsThatPromisedNotToWaitDoNotWaitForAStoppedLockHolder) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 2);
+  test::pipe_channel done;
+  test::child_process stopped([&] {
+    Semaphore s = Semaphore::attach(key);
+    detail::testing::set_hook(stop_when_locked);
+    Permit p = s.acquire();  // stops itself right after taking the lock
+    detail::testing::set_hook(nullptr);
+    done.send();
+    return 0;
+  });
+  ASSERT_TRUE(test::eventually([&] { return test::is_stopped(stopped.pid()); }));
+
+  // try_acquire: about 10 ms, then no seat.
+  const auto start = clk::now();
+  auto tried = std::async(std::launch::async, [&] { return sem.try_acquire().has_value(); });
+  const bool returned = tried.wait_for(5s) == std::future_status::ready;
+  const auto took = clk::now() - start;
+  EXPECT_TRUE(returned) << "try_acquire() waited for the stopped lock holder";
+  if (returned) {
+    EXPECT_FALSE(tried.get());
+    EXPECT_LT(took, 1s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+    std::printf("try_acquire() behind a stopped lock holder returned after %.1f ms\n",
+                std::chrono::duration<double, std::milli>(took).count());
+  }
+  // The administrative calls: their own timeout, then a typed error.
+  auto expect_lock_timeout = [&](const char* call, auto&& fn) {
+    try {
+      fn();
+      ADD_FAILURE() << call << " went through a lock held by a stopped process";
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), errc::lock_timeout) << call << ": " << e.what();
+      EXPECT_EQ(e.code(), std::errc::timed_out) << call;
+      EXPECT_NE(std::string(e.what()).find(key.str()), std::string::npos) << e.what();
+    }
+  };
+  expect_lock_timeout("reap()", [&] { sem.reap(100ms); });
+  expect_lock_timeout("set_capacity()", [&] { sem.set_capacity(3, 100ms); });
+  expect_lock_timeout("force_release_all()", [&] { sem.force_release_all(100ms); });
+  EXPECT_EQ(sem.capacity(), 2);
+
+  stopped.kill(SIGCONT);
+  EXPECT_EQ(done.receive(), '.');
+  EXPECT_EQ(stopped.wait(), 0);
+  if (returned == false) tried.wait();
+  EXPECT_EQ(sem.reap(1s), 0);
+  EXPECT_TRUE(sem.try_acquire().has_value());
+}
+
+}  // namespace
+}  // namespace shmsem
