@@ -1,7 +1,7 @@
 // shmsem/admin_commands.cpp: create, resize, drain, reap, wait-idle, rm, gc.
-#include "../semtop/report.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "report.hpp"
 
 #include <shmsem/semaphore.hpp>
 

@@ -1,10 +1,10 @@
 // shmsem/inspect_commands.cpp: ls, info and metrics. They read through the
 // library's lock-free snapshots (the same model semtop uses), so inspecting
 // never stalls the fleet.
-#include "../semtop/model.hpp"
-#include "../semtop/report.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "model.hpp"
+#include "report.hpp"
 
 #include <shmsem/metrics.hpp>
 #include <shmsem/semaphore.hpp>

@@ -1,4 +1,4 @@
-// semtop/model.cpp: sampling through the public API, rates, sorting, filtering.
+// common/model.cpp: sampling through the public API, rates, sorting, filtering.
 #include "model.hpp"
 
 #include <shmsem/semaphore.hpp>

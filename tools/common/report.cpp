@@ -1,4 +1,4 @@
-// semtop/report.cpp: text cells, plain-text tables and JSON for the rows.
+// common/report.cpp: text cells, plain-text tables and JSON for the rows.
 #include "report.hpp"
 
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// semtop/report.hpp: the model's rows as text cells, plain-text tables and
+// common/report.hpp: the model's rows as text cells, plain-text tables and
 // JSON. Shared by semtop's batch modes, its ncurses view (which lays the same
 // cells out itself) and the shmsem CLI's ls and info commands.
 #pragma once

@@ -1,4 +1,5 @@
-// semtop/model.hpp: what semtop shows, without any terminal code.
+// common/model.hpp: what semtop and `shmsem ls/info` show, without any
+// terminal code.
 //
 // The model turns samples (one Snapshot per semaphore, or the reason it
 // could not be read) into rows: rates between two samples, reclaimed seats,
