@@ -1,15 +1,10 @@
 // metrics.cpp: the Prometheus text exposition of every semaphore on the host
-// (format 0.0.4) and its atomic textfile writer. Everything is read through
-// the public introspection API (list, attach, snapshot), as a tool would.
+// (format 0.0.4) and its textfile writer (the file system calls are in
+// sys/file.cpp). Everything is read through the public introspection API
+// (list, attach, snapshot), as a tool would.
 #include <shmsem/metrics.hpp>
 #include <shmsem/semaphore.hpp>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -17,6 +12,8 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+
+#include "sys/file.hpp"
 
 namespace shmsem {
 namespace {
@@ -217,38 +214,36 @@ std::string metrics_text() {
 }
 
 void write_metrics_textfile(const std::string& path) {
-  static std::atomic<unsigned> counter{0};
   const std::string text = metrics_text();
-  // Ends in neither .prom nor anything the collector reads.
-  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
-  auto fail = [&](const char* what, bool remove_tmp) {
-    const int err = errno;
-    if (remove_tmp) ::unlink(tmp.c_str());
-    throw std::system_error(err, std::system_category(),
-                            fmt::format("write_metrics_textfile: {} {}", what, path));
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) fail("cannot create a temporary file beside", false);
-  std::string_view left = text;
-  while (!left.empty()) {
-    const ssize_t n = ::write(fd, left.data(), left.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      errno = err;
-      fail("cannot write", true);
-    }
-    left.remove_prefix(static_cast<std::size_t>(n));
+  sys::replace_step step{};
+  const int err = sys::replace_file(path, text, 0644, step);
+  if (err == 0) return;
+  const char* what = "cannot write";
+  switch (step) {
+    case sys::replace_step::create:
+      what = "cannot create a temporary file beside";
+      break;
+    case sys::replace_step::write:
+      what = "cannot write";
+      break;
+    case sys::replace_step::sync:
+      what = "cannot flush to disk the temporary file of";
+      break;
+    case sys::replace_step::chmod:
+      what = "cannot chmod the temporary file of";
+      break;
+    case sys::replace_step::close:
+      what = "cannot close the temporary file of";
+      break;
+    case sys::replace_step::rename:
+      what = "cannot rename a temporary file to";
+      break;
+    case sys::replace_step::sync_directory:
+      what = "cannot flush to disk the directory of";
+      break;
   }
-  if (::fchmod(fd, 0644) != 0) {
-    const int err = errno;
-    ::close(fd);
-    errno = err;
-    fail("cannot chmod the temporary file of", true);
-  }
-  if (::close(fd) != 0) fail("cannot close the temporary file of", true);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename a temporary file to", true);
+  throw std::system_error(err, std::system_category(),
+                          fmt::format("write_metrics_textfile: {} {}", what, path));
 }
 
 }  // namespace shmsem

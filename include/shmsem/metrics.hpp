@@ -35,12 +35,16 @@ SHMSEM_API std::string metrics_text(const std::vector<Snapshot>& snapshots,
                                     int skipped_segments = 0);
 
 /// Writes metrics_text() to `path` for node_exporter's textfile collector:
-/// the text goes to a temporary file in the same directory (not ending in
-/// .prom), is flushed, made mode 0644 and renamed over `path`, so a scrape
-/// sees the old file or the new one, never a partial one.
+/// the text goes to a temporary file in the same directory
+/// (`<path>.tmp.<pid>.<n>`, not ending in .prom), is flushed to disk
+/// (fsync), made mode 0644 and renamed over `path`, and then the directory
+/// is flushed. A scrape sees the old file or the new one, never a partial
+/// one, and so does a reader after a crash. A temporary file left at that
+/// name by a dead process that had the same pid is replaced.
 /// Throws std::system_error (system_category, naming the path) when the
-/// file cannot be written or renamed; the temporary file is removed then.
-/// Blocks for the file system calls. Thread-safe.
+/// file cannot be written, flushed or renamed; the temporary file is
+/// removed then.
+/// Blocks for the file system calls (fsync included). Thread-safe.
 SHMSEM_API void write_metrics_textfile(const std::string& path);
 
 }  // namespace shmsem

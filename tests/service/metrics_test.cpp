@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -356,6 +357,24 @@ TEST(Metrics, TextfileIsWholeReadableAndLeavesNoTemporary) {
   const exposition ex = parse(text);
   ASSERT_TRUE(ex.errors.empty()) << joined(ex.errors);
   EXPECT_EQ(ex.value("shmsem_permits_capacity", {{"key", key.str()}}), 4);
+}
+
+TEST(Metrics, TextfileReplacesATemporaryFileLeftByADeadWriterWithTheSamePid) {
+  temp_dir dir;
+  const std::string file = dir.path + "/shmsem.prom";
+  // A fresh process, as the next run of a textfile job is. A writer that
+  // had its pid before it (pids recycle) died between creating its
+  // temporary file and renaming it.
+  test::child_process next_run([&] {
+    for (int n = 0; n < 4; ++n)
+      std::ofstream(file + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n))
+          << "partial";
+    write_metrics_textfile(file);
+    return 0;
+  });
+  EXPECT_EQ(next_run.wait(), 0);
+  const auto entries = dir.entries();
+  EXPECT_NE(std::find(entries.begin(), entries.end(), "shmsem.prom"), entries.end());
 }
 
 TEST(Metrics, TextfileErrorNamesThePathAndLeavesNothing) {

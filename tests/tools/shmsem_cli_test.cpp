@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -337,6 +338,60 @@ TEST(ShmsemInspect, MetricsPrintsAndWritesTheExposition) {
   std::stringstream text;
   text << f.rdbuf();
   EXPECT_NE(text.str().find(series), std::string::npos) << text.str();
+}
+
+// strace shows the order of the system calls, which is the whole promise
+// here: the data is on disk before the rename makes it visible, and the
+// rename is on disk after the directory is flushed.
+TEST(ShmsemInspect, MetricsTextfileIsFlushedBeforeTheRenameAndTheDirectoryAfter) {
+  if (::access("/usr/bin/strace", X_OK) != 0) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true")
+      FAIL() << "strace is missing (scripts/deps.sh installs it)";
+    GTEST_SKIP() << "strace is not installed (apt-get install strace); on CI this fails instead";
+  }
+  scratch_dir dir;
+  const std::string file = dir / "shmsem.prom";
+  const std::string trace = dir / "trace";
+  const auto r = run_tool({"strace", "-f", "-qq", "-o", trace, "-e",
+                           "trace=openat,fsync,fdatasync,rename,renameat,renameat2", SHMSEM_BIN,
+                           "metrics", "--textfile", file});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(trace);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  auto result_fd = [](const std::string& l) {
+    const auto eq = l.rfind("= ");
+    return eq == std::string::npos ? std::string() : l.substr(eq + 2);
+  };
+  auto find = [&](std::size_t from, auto pred) {
+    for (std::size_t i = from; i < lines.size(); ++i)
+      if (pred(lines[i])) return i;
+    return lines.size();
+  };
+  auto has = [](const std::string& l, const std::string& what) {
+    return l.find(what) != std::string::npos;
+  };
+  const std::size_t tmp_open = find(
+      0, [&](const std::string& l) { return has(l, "openat(") && has(l, "\"" + file + ".tmp."); });
+  ASSERT_LT(tmp_open, lines.size()) << "no temporary file opened";
+  const std::string tmp_fd = result_fd(lines[tmp_open]);
+  const std::size_t renamed = find(tmp_open, [&](const std::string& l) {
+    return has(l, "rename") && has(l, ", \"" + file + "\"") && has(l, "= 0");
+  });
+  ASSERT_LT(renamed, lines.size()) << "no rename onto " << file;
+  const std::size_t synced = find(tmp_open, [&](const std::string& l) {
+    return has(l, "fsync(" + tmp_fd + ")") || has(l, "fdatasync(" + tmp_fd + ")");
+  });
+  EXPECT_LT(synced, renamed) << "the temporary file was not flushed before the rename";
+  const std::size_t dir_open = find(renamed, [&](const std::string& l) {
+    return has(l, "openat(") && has(l, "\"" + dir.path + "\"") && has(l, "O_DIRECTORY");
+  });
+  ASSERT_LT(dir_open, lines.size()) << "the directory was not opened after the rename";
+  const std::string dir_fd = result_fd(lines[dir_open]);
+  EXPECT_LT(find(dir_open, [&](const std::string& l) { return has(l, "fsync(" + dir_fd + ")"); }),
+            lines.size())
+      << "the directory was not flushed after the rename";
 }
 
 // ---------------------------------------------------------------- admin

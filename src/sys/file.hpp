@@ -1,0 +1,31 @@
+// sys/file.hpp: a small file replaced whole and durably (the metrics
+// textfile). Readers of the name see the old file or the new one, never a
+// part, and after a crash or a power cut the name holds one of the two.
+// Every function reports a failure as an errno value, so the caller can
+// name the path in its error.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+namespace shmsem::sys {
+
+/// The step of replace_file() that failed.
+enum class replace_step { create, write, sync, chmod, close, rename, sync_directory };
+
+/// Replaces `path` with a file holding `contents`, with `mode` whatever the
+/// umask: writes a temporary file beside it, `<path>.tmp.<pid>.<n>` (n
+/// counts the calls of this process), flushes it to disk (fsync), renames
+/// it over `path` and flushes the directory, so that the rename lasts too.
+/// The temporary name belongs to this process alone, so a file found there
+/// was left by an earlier process with the same pid that died: it is
+/// removed. Never follows a symlink at the temporary name.
+/// Returns 0, or an errno with `failed` set; the temporary file is gone
+/// then, except when only the directory flush failed (the new file is in
+/// place, but the rename may not survive a crash).
+int replace_file(const std::string& path, std::string_view contents, mode_t mode,
+                 replace_step& failed);
+
+}  // namespace shmsem::sys
