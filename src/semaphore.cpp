@@ -387,7 +387,10 @@ namespace {
   std::int64_t started = 0;
   if (opts.wait_timeout) {
     started = sys::precise_now_ns();
-    deadline = started + std::chrono::nanoseconds(*opts.wait_timeout).count();
+    // Negative means no wait, however large: clamped before the conversion
+    // to nanoseconds, which would overflow.
+    const auto budget = std::max(*opts.wait_timeout, std::chrono::milliseconds::zero());
+    deadline = started + std::chrono::nanoseconds(budget).count();
   }
   auto fail = [&](Reason r, std::uint32_t wakeups, std::int64_t waited_ns,
                   bool waited) -> AcquisitionError {

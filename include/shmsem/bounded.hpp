@@ -41,6 +41,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -104,7 +105,8 @@ struct BoundedOptions {
   int permits = 1;
   /// Lease TTL of each call's seat; nullopt: the service's default (none).
   std::optional<std::chrono::milliseconds> ttl;
-  /// Wait budget per call; nullopt waits until a seat is free.
+  /// Wait budget per call; nullopt waits until a seat is free. Zero or
+  /// negative (however large): one attempt, no wait.
   std::optional<std::chrono::milliseconds> wait_timeout;
   /// Renew the lease in the background while the body runs (needs a TTL).
   std::optional<bool> auto_renew;
@@ -312,7 +314,9 @@ template <class F, class Key, class K>
 auto make_bounded(Key key, const BoundedOptions<K>& o, F fn) {
   AcquireOptions acquire;
   acquire.ttl = o.ttl;
-  acquire.wait_timeout = o.wait_timeout;
+  // Negative means no wait: clamped here, before any arithmetic sees it.
+  if (o.wait_timeout)
+    acquire.wait_timeout = std::max(*o.wait_timeout, std::chrono::milliseconds::zero());
   acquire.auto_renew = o.auto_renew;
   auto state = std::make_shared<const bounded_state<Key>>(bounded_state<Key>{
       std::move(key), o.permits, std::move(acquire), o.on_unavailable, o.fail_mode, o.service});
