@@ -70,4 +70,12 @@ int replace_file(const std::string& path, std::string_view contents, mode_t mode
   return 0;
 }
 
+int name_identity(const std::string& path, dev_t& dev, ino_t& ino) {
+  struct ::stat st;
+  if (::lstat(path.c_str(), &st) != 0) return errno;
+  dev = st.st_dev;
+  ino = st.st_ino;
+  return 0;
+}
+
 }  // namespace shmsem::sys

@@ -1,8 +1,9 @@
-// sys/file.hpp: a small file replaced whole and durably (the metrics
-// textfile). Readers of the name see the old file or the new one, never a
-// part, and after a crash or a power cut the name holds one of the two.
-// Every function reports a failure as an errno value, so the caller can
-// name the path in its error.
+// sys/file.hpp: files by name. A small file replaced whole and durably (the
+// metrics textfile): readers of the name see the old file or the new one,
+// never a part, and after a crash or a power cut the name holds one of the
+// two. And which file a name points to now (the service cache's check that
+// a cached segment was not removed). Every function reports a failure as
+// an errno value, so the caller can name the path in its error.
 #pragma once
 
 #include <sys/types.h>
@@ -27,5 +28,9 @@ enum class replace_step { create, write, sync, chmod, close, rename, sync_direct
 /// place, but the rename may not survive a crash).
 int replace_file(const std::string& path, std::string_view contents, mode_t mode,
                  replace_step& failed);
+
+/// lstat of `path`: the device and inode the name points to now. Returns
+/// errno or 0. Makes no allocation.
+int name_identity(const std::string& path, dev_t& dev, ino_t& ino);
 
 }  // namespace shmsem::sys
