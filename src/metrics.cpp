@@ -5,8 +5,10 @@
 #include <shmsem/metrics.hpp>
 #include <shmsem/semaphore.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string_view>
 #include <system_error>
 #include <unordered_set>
@@ -48,16 +50,28 @@ std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
   return len;
 }
 
-// A key as a label value: valid UTF-8 (invalid bytes become U+FFFD, since the
-// format requires UTF-8), with backslash, double quote and newline escaped.
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// A key as a label value: valid UTF-8, as the format requires, with
+// backslash, double quote and newline escaped. A byte that is not UTF-8
+// becomes U+FFFD and its two hex digits, and a U+FFFD of the key becomes
+// U+FFFD and "U", so that every key keeps a label value of its own; keys
+// that are valid UTF-8 without a U+FFFD are their own label value.
 std::string label_value(std::string_view key) {
   std::string out;
   out.reserve(key.size() + 8);
   for (std::size_t i = 0; i < key.size();) {
     const std::size_t len = utf8_sequence_length(key, i);
     if (len == 0) {
-      out += "\xEF\xBF\xBD";
+      fmt::format_to(std::back_inserter(out), "{}{:02X}", kReplacement,
+                     static_cast<unsigned char>(key[i]));
       ++i;
+      continue;
+    }
+    if (key.substr(i, len) == kReplacement) {
+      out += kReplacement;
+      out += 'U';
+      i += len;
       continue;
     }
     if (len == 1) {
@@ -135,7 +149,7 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots, int skipped_seg
   for (const auto& snap : snapshots) {
     std::string label = label_value(snap.key);
     if (!seen.insert(label).second) {
-      ++skipped_segments;  // two keys that differ only in invalid UTF-8
+      ++skipped_segments;  // the same key given twice
       continue;
     }
     series.push_back({std::move(label), &snap});
@@ -167,6 +181,12 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots, int skipped_seg
          [](const Snapshot& s) { return s.capacity; });
   simple(out, "shmsem_waiters", "gauge", "Callers blocked in acquire now, fleet-wide.", series,
          [](const Snapshot& s) { return s.waiters; });
+  simple(out, "shmsem_created_timestamp_seconds", "gauge",
+         "When the segment was created, in seconds since the epoch. A new value means the key "
+         "was removed and created again: its counters restarted at 0.",
+         series, [](const Snapshot& s) {
+           return number(std::chrono::duration<double>(s.created.time_since_epoch()).count());
+         });
 
   family_header(out, "shmsem_reclaimed_total", "counter",
                 "Leases taken back from their holder, by cause.");

@@ -801,6 +801,9 @@ Snapshot Semaphore::snapshot() const {
   s.utilization_smoothed = utilization_smoothed();
   s.stats = stats();
   s.holders = holders();
+  s.created = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(h_->att->hdr->created_realtime_ns)));
   return s;
 }
 
