@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -322,6 +323,78 @@ TEST(ShmsemInspect, InfoExitCodesForMissingAndCorruptSegments) {
   EXPECT_NE(r.err.find(Semaphore::segment_path(bad)), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("not a shmsem segment"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("shmsem: shmsem:"), std::string::npos) << r.err;
+}
+
+// One key that is not UTF-8, or one holder whose process name is not, must
+// not break the JSON of the whole host: every --json output stays valid.
+struct named_holder {
+  shmsem::test::pipe_channel ready, go;
+  child_process proc;
+  named_holder(const std::string& key, const char* name)
+      : proc([this, key, name] {
+          ::prctl(PR_SET_NAME, name);
+          auto sem = Semaphore::open(key, 2);
+          auto p = sem.acquire();
+          ready.send();
+          go.receive(std::chrono::minutes(5));
+          return 0;
+        }) {
+    ready.receive();
+  }
+  ~named_holder() { go.send(); }
+};
+
+nlohmann::json parsed(const tool_result& r) {
+  EXPECT_EQ(r.status, 0) << r.err;
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what() << "\n" << r.out;
+    return {};
+  }
+}
+
+const nlohmann::json* entry_with_prefix(const nlohmann::json& list, const std::string& prefix) {
+  for (const auto& s : list)
+    if (s.contains("key") && s["key"].get<std::string>().rfind(prefix, 0) == 0) return &s;
+  return nullptr;
+}
+
+std::string hex_of(const std::string& bytes) {
+  std::string hex;
+  for (const unsigned char c : bytes) {
+    hex += "0123456789abcdef"[c >> 4];
+    hex += "0123456789abcdef"[c & 15];
+  }
+  return hex;
+}
+
+TEST(ShmsemInspect, JsonSurvivesAKeyThatIsNotUtf8) {
+  unique_key key("x\xff");
+  ASSERT_EQ(shmsem_cli({"create", key.str(), "-p", "2"}).status, 0);
+  const std::string prefix = key.str().substr(0, key.str().size() - 1);
+  const auto ls = parsed(shmsem_cli({"ls", "--json"}));
+  const auto* e = entry_with_prefix(ls, prefix);
+  ASSERT_NE(e, nullptr) << ls.dump();
+  EXPECT_EQ((*e)["capacity"], 2);
+  // The exact bytes, for scripts that must name the key again.
+  EXPECT_EQ((*e)["key_hex"], hex_of(key.str()));
+  const auto info = parsed(shmsem_cli({"info", key.str(), "--json"}));
+  EXPECT_EQ(info["capacity"], 2);
+  const auto top = parsed(run_tool({SEMTOP_BIN, "--json"}));
+  EXPECT_NE(entry_with_prefix(top["semaphores"], prefix), nullptr);
+}
+
+TEST(ShmsemInspect, JsonSurvivesAHolderWhoseNameIsNotUtf8) {
+  unique_key key;
+  named_holder h(key.str(), "job\xff");
+  const auto info = parsed(shmsem_cli({"info", key.str(), "--json"}));
+  ASSERT_EQ(info["holders"].size(), 1u) << info.dump();
+  EXPECT_EQ(info["holders"][0]["command"].get<std::string>().rfind("job", 0), 0u);
+  const auto ls = parsed(shmsem_cli({"ls", "--json"}));
+  EXPECT_NE(entry_with_prefix(ls, key.str()), nullptr);
+  const auto top = parsed(run_tool({SEMTOP_BIN, "--json"}));
+  EXPECT_NE(entry_with_prefix(top["semaphores"], key.str()), nullptr);
 }
 
 TEST(ShmsemInspect, MetricsPrintsAndWritesTheExposition) {

@@ -25,7 +25,7 @@ int ls(bool json) {
   if (json) {
     auto arr = nlohmann::json::array();
     for (const auto& r : rows) arr.push_back(semtop::to_json(r, m.updated_at()));
-    std::cout << arr.dump(2) << "\n";
+    std::cout << semtop::dump_json(arr) << "\n";
     return kOk;
   }
   std::size_t kw = 3;
@@ -60,7 +60,7 @@ int info(const std::string& key, bool json) {
   m.update(std::move(v), semtop::clock::now());
   const auto r = m.rows().at(0);
   if (json)
-    std::cout << semtop::to_json(r, m.updated_at()).dump(2) << "\n";
+    std::cout << semtop::dump_json(semtop::to_json(r, m.updated_at())) << "\n";
   else
     semtop::print_info(std::cout, r, m.updated_at());
   return kOk;
