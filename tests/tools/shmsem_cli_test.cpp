@@ -3,6 +3,7 @@
 // the bound under many concurrent shells, lost seats), the inspection
 // commands and every admin command, gc racing an attach included.
 #include "seat_holder.hpp"
+#include "segment.hpp"
 #include "test_support.hpp"
 #include "tool_runner.hpp"
 
@@ -325,6 +326,28 @@ TEST(ShmsemInspect, InfoExitCodesForMissingAndCorruptSegments) {
   EXPECT_EQ(r.err.find("shmsem: shmsem:"), std::string::npos) << r.err;
 }
 
+// A file left empty by a creator that died before initializing it: it
+// exists, so "no such semaphore" (3) would be wrong; it cannot be used (4).
+TEST(ShmsemInspect, NeverInitializedFileCannotBeUsedRatherThanMissing) {
+  unique_key key;
+  const int fd = ::open(Semaphore::segment_path(key).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  auto r = shmsem_cli({"info", key.str()});
+  EXPECT_EQ(r.status, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("initialized"), std::string::npos) << r.err;
+  EXPECT_EQ(shmsem_cli({"drain", key.str()}).status, 4);
+  r = shmsem_cli({"ls"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string row;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(key.str() + " ", 0) == 0) row = l;
+  EXPECT_NE(row.find("uninitialized"), std::string::npos) << r.out;
+  // Given a capacity, run initializes it.
+  EXPECT_EQ(run_tool(run_args(key, {"-p", "1"}, {"true"})).status, 0);
+}
+
 // One key that is not UTF-8, or one holder whose process name is not, must
 // not break the JSON of the whole host: every --json output stays valid.
 struct named_holder {
@@ -395,6 +418,56 @@ TEST(ShmsemInspect, JsonSurvivesAHolderWhoseNameIsNotUtf8) {
   EXPECT_NE(entry_with_prefix(ls, key.str()), nullptr);
   const auto top = parsed(run_tool({SEMTOP_BIN, "--json"}));
   EXPECT_NE(entry_with_prefix(top["semaphores"], key.str()), nullptr);
+}
+
+// A process stopped while it holds a segment's init lock must not freeze
+// the inspection commands: they give up on that segment quickly and show
+// it as busy (the library's default open timeout is 5 s).
+struct stopped_initializer {
+  child_process proc;
+  explicit stopped_initializer(const std::string& key)
+      : proc([key] {
+          shmsem::detail::testing::set_hook([](shmsem::detail::testing::point p, std::string_view) {
+            if (p == shmsem::detail::testing::point::initializing) ::raise(SIGSTOP);
+          });
+          Semaphore::open(key, 2);
+          return 0;
+        }) {
+    EXPECT_TRUE(eventually([&] {
+      std::ifstream stat("/proc/" + std::to_string(proc.pid()) + "/stat");
+      std::string text;
+      std::getline(stat, text);
+      const auto close = text.rfind(')');
+      return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'T';
+    }));
+  }
+  ~stopped_initializer() { proc.kill(SIGKILL); }
+};
+
+TEST(ShmsemInspect, ASegmentWhoseInitializerIsStoppedShowsAsBusyAtOnce) {
+  unique_key key;
+  stopped_initializer stopped(key.str());
+  auto timed = [](const std::vector<std::string>& argv) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = run_tool(argv);
+    return std::make_pair(r, std::chrono::steady_clock::now() - start);
+  };
+  auto [ls, ls_took] = timed({SHMSEM_BIN, "ls"});
+  EXPECT_EQ(ls.status, 0) << ls.err;
+  EXPECT_LT(ls_took, 4s);
+  std::string row;
+  std::istringstream in(ls.out);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(key.str() + " ", 0) == 0) row = l;
+  EXPECT_NE(row.find("busy"), std::string::npos) << ls.out;
+  auto [info, info_took] = timed({SHMSEM_BIN, "info", key.str()});
+  EXPECT_EQ(info.status, 4) << info.err;
+  EXPECT_NE(info.err.find("init"), std::string::npos) << info.err;
+  EXPECT_LT(info_took, 4s);
+  auto [top, top_took] = timed({SEMTOP_BIN, "--once", "--filter", key.str()});
+  EXPECT_EQ(top.status, 0) << top.err;
+  EXPECT_NE(top.out.find("busy"), std::string::npos) << top.out;
+  EXPECT_LT(top_took, 4s);
 }
 
 TEST(ShmsemInspect, MetricsPrintsAndWritesTheExposition) {

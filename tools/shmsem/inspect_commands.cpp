@@ -48,8 +48,10 @@ int ls(bool json) {
 }
 
 int info(const std::string& key, bool json) {
-  // attach() first, so "no such semaphore" and "corrupt" get their own codes.
-  auto sem = shmsem::Semaphore::attach(key);
+  // Attach first, so "no such semaphore" and "corrupt" get their own codes.
+  shmsem::Options options;
+  options.open_timeout = semtop::kInspectOpenTimeout;
+  auto sem = semtop::attach_existing(key, options);
   semtop::sample s;
   s.key = key;
   s.snap = sem.snapshot();

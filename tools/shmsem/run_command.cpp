@@ -5,6 +5,7 @@
 // (PR_SET_PDEATHSIG), so the bound of N commands at once still holds.
 #include "commands.hpp"
 #include "common.hpp"
+#include "model.hpp"
 
 #include <shmsem/semaphore.hpp>
 
@@ -153,7 +154,7 @@ int run(const run_options& o) {
     return kUsage;
   }
   auto sem =
-      o.permits ? shmsem::Semaphore::open(o.key, *o.permits) : shmsem::Semaphore::attach(o.key);
+      o.permits ? shmsem::Semaphore::open(o.key, *o.permits) : semtop::attach_existing(o.key);
   shmsem::AcquireOptions ao;
   if (ttl) ao.ttl = *ttl;
   if (o.auto_renew) ao.auto_renew = true;
