@@ -7,6 +7,7 @@
 #include "test_support.hpp"
 #include "tool_runner.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -19,6 +20,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -162,6 +165,159 @@ TEST_P(ShmsemRunSignals, ForwardsTheSignalToTheCommand) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ShmsemRunSignals, ::testing::Values(SIGINT, SIGTERM, SIGHUP));
+
+// After the first SIGTERM arrived (read here unless `read_first` is false):
+// waits long enough for a second one (the wrapper decides within about
+// 0.2 s whether to pass a signal on), then lets the command finish and
+// returns its count.
+std::string total_terms(running_tool& t, const std::string& stop, bool read_first = true) {
+  if (read_first) {
+    EXPECT_EQ(t.read_line(), "TERM 1");
+  }
+  std::this_thread::sleep_for(1500ms);
+  std::ofstream{stop};
+  std::string line;
+  do line = t.read_line();
+  while (line.rfind("TERM ", 0) == 0);
+  return line;
+}
+
+// Processes whose process group is `pgid`, read from /proc.
+std::vector<pid_t> process_group(pid_t pgid) {
+  std::vector<pid_t> out;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      const pid_t pid = std::atoi(e->d_name);
+      if (pid <= 0) continue;
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      std::string text;
+      if (!std::getline(stat, text)) continue;
+      const auto close = text.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream fields(text.substr(close + 2));
+      std::string state;
+      long ppid = 0, pgrp = 0;
+      if (fields >> state >> ppid >> pgrp && pgrp == pgid && state != "Z") out.push_back(pid);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 ? text[close + 2] : '?';
+}
+
+// Ctrl-C, `kill -- -PGID`, timeout(1) and a shell's `kill 0` reach the
+// whole process group, COMMAND included: the wrapper must not send the
+// same signal again. The wrapper is stopped while the signal lands, as a
+// loaded host may keep it off the CPU, so that COMMAND has surely handled
+// the signal before the wrapper sees its own copy.
+TEST(ShmsemRunSignalRule, ASignalToTheProcessGroupReachesTheCommandOnce) {
+  unique_key key;
+  scratch_dir dir;
+  running_tool t(run_args(key, {"-p", "1"}, {SIGNAL_COUNTER_BIN, dir / "stop"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  ASSERT_EQ(::kill(t.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(eventually([&] { return process_state(t.pid()) == 'T'; }));
+  ASSERT_EQ(::kill(-t.pid(), SIGTERM), 0);  // running_tool made it a group leader
+  EXPECT_EQ(t.read_line(), "TERM 1");
+  ASSERT_EQ(::kill(t.pid(), SIGCONT), 0);
+  EXPECT_EQ(total_terms(t, dir / "stop", false), "total 1");
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
+
+TEST(ShmsemRunSignalRule, ASignalToTheWrapperAloneIsPassedOnOnce) {
+  unique_key key;
+  scratch_dir dir;
+  running_tool t(run_args(key, {"-p", "1"}, {SIGNAL_COUNTER_BIN, dir / "stop"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  t.kill(SIGTERM);
+  EXPECT_EQ(total_terms(t, dir / "stop"), "total 1");
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
+
+// systemd's KillMode=control-group signals every process of the unit one
+// by one, the main process (the wrapper) first.
+TEST(ShmsemRunSignalRule, ASignalToEachProcessInTurnReachesTheCommandOnce) {
+  unique_key key;
+  scratch_dir dir;
+  running_tool t(run_args(key, {"-p", "1"}, {SIGNAL_COUNTER_BIN, dir / "stop"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  std::vector<pid_t> group = process_group(t.pid());
+  ASSERT_GE(group.size(), 2u);
+  std::stable_partition(group.begin(), group.end(), [&](pid_t p) { return p == t.pid(); });
+  for (pid_t p : group) ::kill(p, SIGTERM);
+  EXPECT_EQ(total_terms(t, dir / "stop"), "total 1");
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
+
+// timeout(1) signals its child (the wrapper) and then its whole group.
+TEST(ShmsemRunSignalRule, UnderTimeoutTheCommandGetsOneSigterm) {
+  unique_key key;
+  scratch_dir dir;
+  std::vector<std::string> argv = {"timeout", "-s", "TERM", "3"};
+  for (auto& a : run_args(key, {"-p", "1"}, {SIGNAL_COUNTER_BIN, dir / "stop"})) argv.push_back(a);
+  running_tool t(argv);
+  ASSERT_EQ(t.read_line(), "ready");
+  EXPECT_EQ(total_terms(t, dir / "stop"), "total 1");
+  EXPECT_EQ(t.wait(), 124) << t.stderr_text();
+}
+
+std::uint64_t ignored_signals(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind("SigIgn:", 0) == 0) return std::stoull(l.substr(7), nullptr, 16);
+  ADD_FAILURE() << "no SigIgn for " << pid;
+  return 0;
+}
+
+bool ignores(pid_t pid, int sig) {
+  return (ignored_signals(pid) >> (sig - 1)) & 1;
+}
+
+// nohup(1) sets SIGHUP to SIG_IGN: the wrapper must neither catch it nor
+// give the command a default action for it, as flock(1) does not.
+TEST(ShmsemRun, UnderNohupTheWrapperAndTheCommandIgnoreSighup) {
+  unique_key key;
+  scratch_dir dir;
+  std::vector<std::string> argv = {"nohup"};
+  for (auto& a :
+       run_args(key, {"-p", "1"},
+                {"sh", "-c", "echo $$; while [ ! -e \"$1\" ]; do sleep 0.05; done; echo alive",
+                 "sh", dir / "stop"}))
+    argv.push_back(a);
+  running_tool t(argv);
+  const pid_t command = std::stoi(t.read_line());
+  EXPECT_TRUE(ignores(t.pid(), SIGHUP)) << "the wrapper catches SIGHUP";
+  EXPECT_TRUE(ignores(command, SIGHUP)) << "the command lost nohup's SIG_IGN";
+  ::kill(t.pid(), SIGHUP);
+  ::kill(-t.pid(), SIGHUP);
+  std::ofstream{dir / "stop"};
+  EXPECT_EQ(t.read_line(), "alive");
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
+
+TEST(ShmsemRun, SignalsIgnoredAtStartStayIgnoredInTheCommand) {
+  unique_key key;
+  scratch_dir dir;
+  std::vector<std::string> argv = {"sh", "-c", "trap '' INT TERM; exec \"$@\"", "sh"};
+  for (auto& a : run_args(
+           key, {"-p", "1"},
+           {"sh", "-c", "echo $$; while [ ! -e \"$1\" ]; do sleep 0.05; done", "sh", dir / "stop"}))
+    argv.push_back(a);
+  running_tool t(argv);
+  const pid_t command = std::stoi(t.read_line());
+  EXPECT_TRUE(ignores(command, SIGINT));
+  EXPECT_TRUE(ignores(command, SIGTERM));
+  EXPECT_FALSE(ignores(command, SIGHUP));
+  std::ofstream{dir / "stop"};
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
 
 TEST(ShmsemRun, SeatOfAKilledRunIsReclaimedAndItsCommandDies) {
   unique_key key;
