@@ -8,7 +8,7 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libncurses-dev
   clang-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy cppcheck
-  tmux util-linux procps man-db
+  tmux util-linux procps man-db strace
   debhelper dpkg-dev fakeroot lintian
   prometheus
 )

@@ -56,14 +56,17 @@ key_template::key_template(std::string t) : text(std::move(t)) {
       ++j;
     }
     if (j == i + 1) throw bad("a placeholder needs an argument index, as in {0}");
+    std::size_t spec_at = 0;
     if (j < text.size() && text[j] == ':') {
       // An fmt format spec; nested replacement fields are not supported.
+      spec_at = ++j;
       while (j < text.size() && text[j] != '}') {
         if (text[j] == '{') throw bad("nested braces in a format spec");
         ++j;
       }
     }
     if (j >= text.size() || text[j] != '}') throw bad("unterminated placeholder");
+    if (spec_at != 0) specs.emplace_back(index, text.substr(spec_at, j - spec_at));
     referenced |= std::uint64_t{1} << index;
     if (index > max_index) max_index = index;
     i = j;
@@ -83,6 +86,19 @@ void key_template::check(int arity, const bool* formattable) const {
     if (n >= arity)
       bad(fmt::format("{{{}}} names a missing argument (the callable takes {})", n, arity));
     if (!formattable[n]) bad(fmt::format("argument {} cannot be formatted by fmt", n));
+  }
+}
+
+void key_template::check_specs(const spec_check_fn* checks) const {
+  for (const auto& [index, spec] : specs) {
+    try {
+      checks[index](spec);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(
+          fmt::format("shmsem::bounded: key template '{}': the format spec '{}' of {{{}}} does "
+                      "not fit the type of argument {}: {}",
+                      text, spec, index, index, e.what()));
+    }
   }
 }
 

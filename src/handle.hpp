@@ -3,6 +3,7 @@
 
 #include <shmsem/observer.hpp>
 #include <shmsem/options.hpp>
+#include <shmsem/semaphore.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -23,6 +24,12 @@ struct handle {
 
   /// Makes this handle's blocked acquires look at their state again.
   void nudge_waiters();
+};
+
+/// The library's own way into a Semaphore (the service cache checks which
+/// segment file its cached handles have mapped).
+struct semaphore_access {
+  static const handle& of(const Semaphore& s) noexcept { return *s.h_; }
 };
 
 /// Set by shutdown_all(): every handle, old or new, acts shut down.

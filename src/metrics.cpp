@@ -1,22 +1,21 @@
 // metrics.cpp: the Prometheus text exposition of every semaphore on the host
-// (format 0.0.4) and its atomic textfile writer. Everything is read through
-// the public introspection API (list, attach, snapshot), as a tool would.
+// (format 0.0.4) and its textfile writer (the file system calls are in
+// sys/file.cpp). Everything is read through the public introspection API
+// (list, attach, snapshot), as a tool would.
 #include <shmsem/metrics.hpp>
 #include <shmsem/semaphore.hpp>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string_view>
 #include <system_error>
 #include <unordered_set>
 
 #include <fmt/format.h>
+
+#include "sys/file.hpp"
 
 namespace shmsem {
 namespace {
@@ -51,16 +50,28 @@ std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
   return len;
 }
 
-// A key as a label value: valid UTF-8 (invalid bytes become U+FFFD, since the
-// format requires UTF-8), with backslash, double quote and newline escaped.
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// A key as a label value: valid UTF-8, as the format requires, with
+// backslash, double quote and newline escaped. A byte that is not UTF-8
+// becomes U+FFFD and its two hex digits, and a U+FFFD of the key becomes
+// U+FFFD and "U", so that every key keeps a label value of its own; keys
+// that are valid UTF-8 without a U+FFFD are their own label value.
 std::string label_value(std::string_view key) {
   std::string out;
   out.reserve(key.size() + 8);
   for (std::size_t i = 0; i < key.size();) {
     const std::size_t len = utf8_sequence_length(key, i);
     if (len == 0) {
-      out += "\xEF\xBF\xBD";
+      fmt::format_to(std::back_inserter(out), "{}{:02X}", kReplacement,
+                     static_cast<unsigned char>(key[i]));
       ++i;
+      continue;
+    }
+    if (key.substr(i, len) == kReplacement) {
+      out += kReplacement;
+      out += 'U';
+      i += len;
       continue;
     }
     if (len == 1) {
@@ -138,7 +149,7 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots, int skipped_seg
   for (const auto& snap : snapshots) {
     std::string label = label_value(snap.key);
     if (!seen.insert(label).second) {
-      ++skipped_segments;  // two keys that differ only in invalid UTF-8
+      ++skipped_segments;  // the same key given twice
       continue;
     }
     series.push_back({std::move(label), &snap});
@@ -170,6 +181,12 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots, int skipped_seg
          [](const Snapshot& s) { return s.capacity; });
   simple(out, "shmsem_waiters", "gauge", "Callers blocked in acquire now, fleet-wide.", series,
          [](const Snapshot& s) { return s.waiters; });
+  simple(out, "shmsem_created_timestamp_seconds", "gauge",
+         "When the segment was created, in seconds since the epoch. A new value means the key "
+         "was removed and created again: its counters restarted at 0.",
+         series, [](const Snapshot& s) {
+           return number(std::chrono::duration<double>(s.created.time_since_epoch()).count());
+         });
 
   family_header(out, "shmsem_reclaimed_total", "counter",
                 "Leases taken back from their holder, by cause.");
@@ -217,38 +234,36 @@ std::string metrics_text() {
 }
 
 void write_metrics_textfile(const std::string& path) {
-  static std::atomic<unsigned> counter{0};
   const std::string text = metrics_text();
-  // Ends in neither .prom nor anything the collector reads.
-  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
-  auto fail = [&](const char* what, bool remove_tmp) {
-    const int err = errno;
-    if (remove_tmp) ::unlink(tmp.c_str());
-    throw std::system_error(err, std::system_category(),
-                            fmt::format("write_metrics_textfile: {} {}", what, path));
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) fail("cannot create a temporary file beside", false);
-  std::string_view left = text;
-  while (!left.empty()) {
-    const ssize_t n = ::write(fd, left.data(), left.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      errno = err;
-      fail("cannot write", true);
-    }
-    left.remove_prefix(static_cast<std::size_t>(n));
+  sys::replace_step step{};
+  const int err = sys::replace_file(path, text, 0644, step);
+  if (err == 0) return;
+  const char* what = "cannot write";
+  switch (step) {
+    case sys::replace_step::create:
+      what = "cannot create a temporary file beside";
+      break;
+    case sys::replace_step::write:
+      what = "cannot write";
+      break;
+    case sys::replace_step::sync:
+      what = "cannot flush to disk the temporary file of";
+      break;
+    case sys::replace_step::chmod:
+      what = "cannot chmod the temporary file of";
+      break;
+    case sys::replace_step::close:
+      what = "cannot close the temporary file of";
+      break;
+    case sys::replace_step::rename:
+      what = "cannot rename a temporary file to";
+      break;
+    case sys::replace_step::sync_directory:
+      what = "cannot flush to disk the directory of";
+      break;
   }
-  if (::fchmod(fd, 0644) != 0) {
-    const int err = errno;
-    ::close(fd);
-    errno = err;
-    fail("cannot chmod the temporary file of", true);
-  }
-  if (::close(fd) != 0) fail("cannot close the temporary file of", true);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename a temporary file to", true);
+  throw std::system_error(err, std::system_category(),
+                          fmt::format("write_metrics_textfile: {} {}", what, path));
 }
 
 }  // namespace shmsem

@@ -370,7 +370,10 @@ namespace {
   std::int64_t started = 0;
   if (opts.wait_timeout) {
     started = sys::precise_now_ns();
-    deadline = started + std::chrono::nanoseconds(*opts.wait_timeout).count();
+    // Negative means no wait, however large: clamped before the conversion
+    // to nanoseconds, which would overflow.
+    const auto budget = std::max(*opts.wait_timeout, std::chrono::milliseconds::zero());
+    deadline = started + std::chrono::nanoseconds(budget).count();
   }
   auto fail = [&](Reason r, std::uint32_t wakeups, std::int64_t waited_ns,
                   bool waited) -> AcquisitionError {
@@ -793,6 +796,9 @@ Snapshot Semaphore::snapshot() const {
   s.utilization_smoothed = utilization_smoothed();
   s.stats = stats();
   s.holders = holders();
+  s.created = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(h_->att->hdr->created_realtime_ns)));
   return s;
 }
 

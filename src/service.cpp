@@ -10,11 +10,18 @@
 //    and an LRU list. Only this tier owns entries, so eviction here really
 //    closes the handle once no call in progress uses it; the per-thread
 //    weak_ptrs then expire.
+//
+// A cached handle is checked against the file its key names once it is
+// older than recheck_interval: a segment removed (and perhaps created anew
+// by someone else) stays valid for the handles that have it mapped, but
+// new seats must come from the segment that now has the name.
 #include <shmsem/logging.hpp>
 #include <shmsem/service.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <functional>
 #include <iterator>
 #include <list>
@@ -22,6 +29,10 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "handle.hpp"
+#include "sys/clock.hpp"
+#include "sys/file.hpp"
 
 namespace shmsem {
 namespace detail {
@@ -32,6 +43,8 @@ struct service_entry {
   std::string key;
   Semaphore sem;
   std::atomic<bool> live{true};  // false once evicted from the shared tier
+  // When the key last named sem's file (coarse monotonic ns).
+  std::atomic<std::int64_t> checked_ns{sys::coarse_now_ns()};
   // Set by per-thread hits, which do not touch the shared LRU list: eviction
   // gives such an entry a second chance (CLOCK) instead of closing a hot key.
   std::atomic<bool> referenced{false};
@@ -61,7 +74,11 @@ struct Service::impl {
 
   static constexpr std::size_t kMaxShards = 16;
 
-  explicit impl(ServiceOptions o) : options(std::move(o)) {
+  explicit impl(ServiceOptions o)
+      : options(std::move(o)),
+        recheck_ns(std::chrono::nanoseconds(
+                       std::max(options.recheck_interval, std::chrono::milliseconds::zero()))
+                       .count()) {
     const std::size_t cap = options.cache_capacity < 1 ? 1 : options.cache_capacity;
     shard_count = 1;
     while (shard_count * 2 <= kMaxShards && shard_count * 2 <= cap) shard_count *= 2;
@@ -121,6 +138,40 @@ struct Service::impl {
     return result;
   }
 
+  // True if `e` may serve a lookup: checked within recheck_ns, or its key
+  // still names the file it has mapped. Otherwise `e` leaves the cache.
+  bool current(const std::shared_ptr<entry>& e) {
+    const std::int64_t now = sys::coarse_now_ns();
+    if (now - e->checked_ns.load(std::memory_order_relaxed) < recheck_ns) return true;
+    const detail::attachment& a = *detail::semaphore_access::of(e->sem).att;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    const int err = sys::name_identity(a.path, dev, ino);
+    // Any error but "no such file" leaves the question open: keep the handle.
+    const bool same =
+        err == 0 ? sys::file_id{dev, ino} == a.file_identity : err != ENOENT && err != ENOTDIR;
+    if (same) {
+      e->checked_ns.store(now, std::memory_order_relaxed);
+      return true;
+    }
+    drop(e);
+    return false;
+  }
+
+  // Takes `e` out of the shared tier (the per-thread tiers see it is no
+  // longer live). Calls in progress keep it alive.
+  void drop(const std::shared_ptr<entry>& e) {
+    e->live.store(false, std::memory_order_release);
+    shard& sh = shard_of(e->key);
+    std::shared_ptr<entry> dropped;  // closed after the unlock
+    std::lock_guard lk(sh.mu);
+    auto it = sh.map.find(std::string_view(e->key));
+    if (it == sh.map.end() || it->second.e != e) return;
+    sh.lru.erase(it->second.lru_pos);
+    dropped = std::move(it->second.e);
+    sh.map.erase(it);
+  }
+
   void clear() {
     for (std::size_t i = 0; i < shard_count; ++i) {
       std::unordered_map<std::string, shard::slot, key_hash, std::equal_to<>> dropped;
@@ -144,6 +195,7 @@ struct Service::impl {
 
   const std::uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
   const ServiceOptions options;
+  const std::int64_t recheck_ns;
   std::size_t shard_count;
   std::size_t per_shard;
   std::array<shard, kMaxShards> shards;
@@ -234,18 +286,22 @@ Service& Service::instance() {
 }
 
 std::shared_ptr<Semaphore> Service::semaphore(std::string_view key, int permits) {
-  if (auto e = thread_lookup(impl_->id, key)) return impl::alias(std::move(e));
-  auto e = impl_->lookup(
-      key, [&] { return Semaphore::open(key, permits, impl_->options.handle_options); });
+  if (auto e = thread_lookup(impl_->id, key); e && impl_->current(e))
+    return impl::alias(std::move(e));
+  auto open = [&] { return Semaphore::open(key, permits, impl_->options.handle_options); };
+  auto e = impl_->lookup(key, open);
+  if (!impl_->current(e)) e = impl_->lookup(key, open);  // the shared tier had the old one
   thread_insert(impl_->id, key, e);
   return impl::alias(std::move(e));
 }
 
 std::shared_ptr<Semaphore> Service::existing(std::string_view key) {
-  if (auto e = thread_lookup(impl_->id, key)) return impl::alias(std::move(e));
+  if (auto e = thread_lookup(impl_->id, key); e && impl_->current(e))
+    return impl::alias(std::move(e));
   try {
-    auto e =
-        impl_->lookup(key, [&] { return Semaphore::attach(key, impl_->options.handle_options); });
+    auto attach = [&] { return Semaphore::attach(key, impl_->options.handle_options); };
+    auto e = impl_->lookup(key, attach);
+    if (!impl_->current(e)) e = impl_->lookup(key, attach);
     thread_insert(impl_->id, key, e);
     return impl::alias(std::move(e));
   } catch (const SegmentError& err) {

@@ -19,14 +19,19 @@
 //
 // Keys: a template where {n} is the n-th argument formatted with fmt ({{ and
 // }} are literal braces; {n:spec} takes an fmt spec), or a callable taking the
-// (const) arguments and returning the key. A template is checked when
-// bounded() is called: an index beyond the callable's parameters, an
-// argument type fmt cannot format, `{}` without an index, or unbalanced
-// braces throw std::invalid_argument. Checking needs the parameter types, so
-// a template with placeholders and a generic callable (auto parameters) is
-// rejected too; give the parameters types or use a key callable. A key
-// callable needs BoundedOptions spelled out, for class template argument
-// deduction: bounded(shmsem::BoundedOptions{.key = [](int id) { ... }}, fn).
+// (const) arguments and returning the key. A template formats each argument
+// as the body receives it: converted to the callable's parameter type, once,
+// and that converted value is what the body gets. So f(3), f(3.7) and f(3.2)
+// with an int parameter are all calls for key "...3", and 'A' and 65 for a
+// char parameter are both "A". A template is checked when bounded() is
+// called: an index beyond the callable's parameters, a parameter type fmt
+// cannot format, a format spec that does not fit the parameter type
+// ("{0:d}" for a string), `{}` without an index, or unbalanced braces throw
+// std::invalid_argument. Checking needs the parameter types, so a template
+// with placeholders and a generic callable (auto parameters) is rejected
+// too; give the parameters types or use a key callable. A key callable needs
+// BoundedOptions spelled out, for class template argument deduction:
+// bounded(shmsem::BoundedOptions{.key = [](int id) { ... }}, fn).
 //
 // The wrapper is copyable (if the callable is) and may be called from many
 // threads at once. It uses Service::instance() unless options.service is set.
@@ -41,6 +46,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -53,6 +59,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace shmsem {
 
@@ -104,7 +111,8 @@ struct BoundedOptions {
   int permits = 1;
   /// Lease TTL of each call's seat; nullopt: the service's default (none).
   std::optional<std::chrono::milliseconds> ttl;
-  /// Wait budget per call; nullopt waits until a seat is free.
+  /// Wait budget per call; nullopt waits until a seat is free. Zero or
+  /// negative (however large): one attempt, no wait.
   std::optional<std::chrono::milliseconds> wait_timeout;
   /// Renew the lease in the background while the body runs (needs a TTL).
   std::optional<bool> auto_renew;
@@ -117,19 +125,27 @@ struct BoundedOptions {
 
 namespace detail {
 
+/// Throws (fmt::format_error, or another std::exception) when `spec`, the
+/// text after ':' in a placeholder, is not a format spec of one type.
+using spec_check_fn = void (*)(std::string_view spec);
+
 /// A parsed key template.
 struct SHMSEM_API key_template {
   /// Parses `text`; throws std::invalid_argument for `{}`, a non-numeric or
   /// too large index (64 and above), or unbalanced braces.
   explicit key_template(std::string text);
-  std::string text;              // as given, for fmt
-  std::string literal;           // the key when there is no placeholder
-  std::uint64_t referenced = 0;  // bit n: {n} occurs
-  int max_index = -1;            // -1: no placeholder
+  std::string text;                                // as given, for fmt
+  std::string literal;                             // the key when there is no placeholder
+  std::uint64_t referenced = 0;                    // bit n: {n} occurs
+  int max_index = -1;                              // -1: no placeholder
+  std::vector<std::pair<int, std::string>> specs;  // {n:spec}: (n, spec)
   /// Throws std::invalid_argument unless every placeholder names one of
   /// `arity` arguments that fmt can format (formattable[n]). arity < 0:
   /// parameter types unknown (a generic callable).
   void check(int arity, const bool* formattable) const;
+  /// Throws std::invalid_argument unless each {n:spec} fits argument n's
+  /// type (checks[n]). Precondition: check() passed with known types.
+  void check_specs(const spec_check_fn* checks) const;
 };
 
 /// fmt::vformat(text, args); an fmt error becomes std::invalid_argument.
@@ -182,6 +198,74 @@ template <class... A>
 struct formattable_table<std::tuple<A...>> {
   static constexpr bool value[sizeof...(A) + 1] = {formattable_v<A>..., false};
 };
+
+template <class Formatter>
+void parse_spec(std::string_view spec) {
+  // fmt hands a formatter the spec up to the end of the string, closing
+  // brace included.
+  const std::string text = std::string(spec) + "}";
+  fmt::format_parse_context ctx(text);
+  Formatter f;
+  const auto it = f.parse(ctx);
+  if (it == ctx.end() || *it != '}') throw std::invalid_argument("invalid format specifier");
+}
+
+// Parses a spec with the formatter fmt uses for T, which rejects one that
+// does not fit (a type, precision or sign the type does not take).
+template <class T>
+void check_spec(std::string_view spec) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_default_constructible_v<fmt::formatter<U, char>>) {
+    parse_spec<fmt::formatter<U, char>>(spec);
+  } else if constexpr (std::is_enum_v<U>) {
+    check_spec<std::underlying_type_t<U>>(spec);  // fmt formats it as its number
+  } else if constexpr (std::is_convertible_v<const U&, fmt::string_view>) {
+    parse_spec<fmt::formatter<fmt::string_view, char>>(spec);
+  }
+  // Otherwise fmt formats U by a route this cannot see; a bad spec then
+  // throws at the call.
+}
+
+template <class Tuple>
+struct spec_check_table;
+template <class... A>
+struct spec_check_table<std::tuple<A...>> {
+  static constexpr spec_check_fn value[sizeof...(A) + 1] = {&check_spec<A>..., nullptr};
+};
+
+// Argument I of a call as the body receives it. An argument that already
+// has the parameter's type, or that a reference parameter binds to as its
+// base, is passed on as it came; any other is converted once, here, so that
+// the key is formatted from the very value the body gets.
+template <class P, class A>
+inline constexpr bool passes_as_is_v =
+    std::is_same_v<std::remove_cvref_t<P>, std::remove_cvref_t<A>> ||
+    (std::is_reference_v<P> && std::is_base_of_v<std::remove_cvref_t<P>, std::remove_cvref_t<A>>);
+
+template <class T>
+T implicitly(std::type_identity_t<T> v) {
+  return v;  // copy-initialization: the conversion the call itself would make
+}
+
+template <class P, class A>
+struct passed_as_is {
+  explicit passed_as_is(A&& a) : ref(std::forward<A>(a)) {}
+  A&& ref;
+  const std::remove_cvref_t<P>& view() const { return ref; }
+  A&& pass() { return std::forward<A>(ref); }
+};
+template <class P, class A>
+struct converted_once {
+  explicit converted_once(A&& a) : value(implicitly<std::remove_cvref_t<P>>(std::forward<A>(a))) {}
+  std::remove_cvref_t<P> value;
+  const std::remove_cvref_t<P>& view() const { return value; }
+  std::remove_cvref_t<P>&& pass() { return std::move(value); }
+};
+template <class P, class A>
+using received = std::conditional_t<passes_as_is_v<P, A>, passed_as_is<P, A>, converted_once<P, A>>;
+
+template <class F, std::size_t I>
+using param_t = std::tuple_element_t<I, typename params<F>::types>;
 
 // An argument as fmt sees it; arguments fmt cannot format are never named
 // by a checked template and stand in as 0.
@@ -247,34 +331,49 @@ class Bounded {
     static_assert(!std::is_reference_v<R>,
                   "shmsem::bounded: the callable returns a reference; return a pointer or "
                   "std::reference_wrapper instead");
-    using Result = std::conditional_t<std::is_void_v<R>, bool, std::optional<R>>;
     const auto& st = *state_;
-
-    std::string owned;
-    std::string_view key;
     if constexpr (std::is_same_v<Key, detail::key_template>) {
-      if (st.key.max_index < 0) {
-        key = st.key.literal;  // the hot path: no allocation for a fixed key
+      // The hot path: no allocation for a fixed key.
+      if (st.key.max_index < 0)
+        return hold_and_run(fn, st.key.literal, std::forward<Args>(args)...);
+      if constexpr (detail::params<F>::known) {
+        return call_converted(fn, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
       } else {
-        // bounded() checked the template against F's parameters; the actual
-        // arguments may still be of other (convertible) types.
-        constexpr std::uint64_t formattable = [] {
-          std::uint64_t m = 0;
-          int i = 0;
-          ((m |= std::uint64_t{detail::formattable_v<Args>} << i, ++i), ...);
-          return m;
-        }();
-        if ((st.key.referenced & ~formattable) != 0) detail::unformattable_arguments(st.key.text);
-        owned = [&](const auto&... a) {
-          return detail::format_key(st.key.text, fmt::make_format_args(a...));
-        }(detail::format_view(args)...);
-        key = owned;
+        // bounded() refused placeholders without parameter types.
+        detail::unformattable_arguments(st.key.text);
       }
     } else {
-      owned = std::string(std::invoke(st.key, std::as_const(args)...));
-      key = owned;
+      const std::string key(std::invoke(st.key, std::as_const(args)...));
+      return hold_and_run(fn, key, std::forward<Args>(args)...);
     }
+  }
 
+  template <class Fn, std::size_t... I, class... Args>
+  auto call_converted(Fn& fn, std::index_sequence<I...>, Args&&... args) const {
+    const auto& st = *state_;
+    // A callable whose operator() has default arguments may get fewer
+    // arguments than bounded() checked the template against.
+    constexpr std::uint64_t given =
+        sizeof...(Args) >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << sizeof...(Args)) - 1;
+    if ((st.key.referenced & ~given) != 0) detail::unformattable_arguments(st.key.text);
+    std::tuple<detail::received<detail::param_t<F, I>, Args>...> received(
+        std::forward<Args>(args)...);
+    const std::string key = std::apply(
+        [&](const auto&... r) {
+          return [&](const auto&... a) {
+            return detail::format_key(st.key.text, fmt::make_format_args(a...));
+          }(detail::format_view(r.view())...);
+        },
+        received);
+    return std::apply([&](auto&... r) { return hold_and_run(fn, key, r.pass()...); }, received);
+  }
+
+  // Takes the seat of `key`, runs fn(args...) and releases.
+  template <class Fn, class... Args>
+  auto hold_and_run(Fn& fn, std::string_view key, Args&&... args) const {
+    using R = std::invoke_result_t<Fn&, Args&&...>;
+    using Result = std::conditional_t<std::is_void_v<R>, bool, std::optional<R>>;
+    const auto& st = *state_;
     Service& svc = st.service ? *st.service : Service::instance();
     std::shared_ptr<Semaphore> sem;
     try {
@@ -312,7 +411,9 @@ template <class F, class Key, class K>
 auto make_bounded(Key key, const BoundedOptions<K>& o, F fn) {
   AcquireOptions acquire;
   acquire.ttl = o.ttl;
-  acquire.wait_timeout = o.wait_timeout;
+  // Negative means no wait: clamped here, before any arithmetic sees it.
+  if (o.wait_timeout)
+    acquire.wait_timeout = std::max(*o.wait_timeout, std::chrono::milliseconds::zero());
   acquire.auto_renew = o.auto_renew;
   auto state = std::make_shared<const bounded_state<Key>>(bounded_state<Key>{
       std::move(key), o.permits, std::move(acquire), o.on_unavailable, o.fail_mode, o.service});
@@ -325,6 +426,7 @@ key_template checked_template(std::string text) {
   if constexpr (params<F>::known) {
     using types = typename params<F>::types;
     t.check(static_cast<int>(std::tuple_size_v<types>), formattable_table<types>::value);
+    t.check_specs(spec_check_table<types>::value);
   } else {
     t.check(-1, nullptr);
   }

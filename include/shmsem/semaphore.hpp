@@ -44,6 +44,7 @@ namespace shmsem {
 
 namespace detail {
 struct handle;
+struct semaphore_access;
 /// Releases after with_permit's work ran: a lost seat is logged, not thrown.
 SHMSEM_API void release_after_work(Permit& p) noexcept;
 }  // namespace detail
@@ -189,6 +190,7 @@ class SHMSEM_API Semaphore {
   std::string_view key() const noexcept;
 
  private:
+  friend struct detail::semaphore_access;
   explicit Semaphore(std::unique_ptr<detail::handle> h) noexcept;
   std::unique_ptr<detail::handle> h_;
 };

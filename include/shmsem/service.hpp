@@ -20,6 +20,7 @@
 #include <shmsem/permit.hpp>
 #include <shmsem/semaphore.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,6 +36,14 @@ struct ServiceOptions {
   /// shards with LRU eviction each, so the bound is cache_capacity rounded
   /// up to a multiple of the shard count. Values below 1 count as 1.
   std::size_t cache_capacity = 256;
+  /// How long a cached handle is trusted without checking that its key
+  /// still names the segment the handle has mapped. The first lookup after
+  /// that checks (one lstat, no lock); if the key was removed or created
+  /// anew meanwhile (Semaphore::remove, `shmsem rm` or `gc`), the handle is
+  /// dropped and the key opened again. So no seat is granted from a removed
+  /// segment later than this after its removal. Zero checks at every
+  /// lookup; negative counts as zero.
+  std::chrono::milliseconds recheck_interval{1000};
   /// Options every handle is opened with: mode of created segments, default
   /// TTL, auto_renew, observer (for metrics or tracing), open_timeout.
   Options handle_options;
@@ -47,7 +56,9 @@ struct ServiceOptions {
 /// no heap allocation), in front of a sharded LRU map (a hit locks only its
 /// shard and makes no heap allocation). A miss opens the segment outside any
 /// lock. Evicting a handle never invalidates a live Permit or a call in
-/// progress: both keep what they need alive.
+/// progress: both keep what they need alive. A hit on a handle older than
+/// ServiceOptions::recheck_interval checks that the key was not removed or
+/// replaced since (one lstat); otherwise a hit makes no system call.
 class SHMSEM_API Service {
  public:
   explicit Service(ServiceOptions options = {});

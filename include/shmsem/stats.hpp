@@ -90,6 +90,9 @@ struct Snapshot {
   double utilization_smoothed = 0;  ///< EWMA, half-life kEwmaHalfLife
   Stats stats;
   std::vector<Holder> holders;
+  /// When this segment was created. Removing the key and creating it again
+  /// (as `shmsem gc` does) makes a new segment, whose counters start at 0.
+  std::chrono::system_clock::time_point created;
 };
 
 /// Half-life of utilization_smoothed(): a change in load shows half its

@@ -75,6 +75,24 @@ TEST(BoundedIpc, SeatOfAKilledHolderServesTheNextCall) {
   EXPECT_EQ(Semaphore::attach(key).used(), 0);
 }
 
+TEST(BoundedIpc, AHugeNegativeWaitTimeoutDoesNotWait) {
+  unique_key key;
+  Semaphore sem = Semaphore::open(key, 1);
+  Permit held = sem.acquire();
+  // In a child: a wait that never ends must fail the test, not hang it.
+  child_process caller([&] {
+    int runs = 0;
+    auto f = bounded({.key = key.str(),
+                      .permits = 1,
+                      .wait_timeout = -10'000'000'000'000ms,
+                      .on_unavailable = OnUnavailable::skip},
+                     [&] { ++runs; });
+    return !f() && runs == 0 ? 0 : 1;
+  });
+  EXPECT_EQ(caller.wait(30s), 0);
+  EXPECT_EQ(sem.stats().timeouts, 1u);
+}
+
 // Runs bounded() in every mode for `key`, which this process cannot open.
 // Returns 0 when each mode behaved as documented, else a distinct code.
 int check_modes_for_unopenable(const std::string& key) {

@@ -84,6 +84,82 @@ TEST(Bounded, FixedKeyWithEscapedBracesIsLiteral) {
   EXPECT_EQ(acquired(expected), 1u);
 }
 
+// The key is made from what the body receives: the argument converted to
+// the parameter's type, so one id is one key whatever the caller passed.
+TEST(Bounded, TemplateFormatsTheConvertedArgumentTheBodyReceives) {
+  unique_key base;
+  const std::string id3 = base.str() + ":3";
+  test::key_remover cleanup({id3, base.str() + ":3.7", base.str() + ":3.2"});
+  std::vector<int> seen;
+  auto f = bounded({.key = base.str() + ":{0}", .permits = 1, .wait_timeout = 0ms}, [&](int id) {
+    EXPECT_EQ(Semaphore::attach(id3).used(), 1) << "the seat is not on " << id3;
+    seen.push_back(id);
+  });
+  EXPECT_TRUE(f(3));
+  EXPECT_TRUE(f(3.7));
+  EXPECT_TRUE(f(3.2));
+  EXPECT_EQ(seen, (std::vector<int>{3, 3, 3}));
+  EXPECT_EQ(acquired(id3), 3u);
+}
+
+TEST(Bounded, CallsWithTheSameConvertedArgumentShareTheirSeat) {
+  unique_key base;
+  test::key_remover cleanup({base.str() + ":3", base.str() + ":3.2"});
+  int inner_ran = 0;
+  std::function<void(int)> body;
+  auto f = bounded({.key = base.str() + ":{0}",
+                    .permits = 1,
+                    .wait_timeout = 0ms,
+                    .on_unavailable = OnUnavailable::skip},
+                   [&](int id) { body(id); });
+  // While f(3) holds id 3's only seat, f(3.2) is a call for id 3 too.
+  body = [&](int) {
+    body = [&](int) { ++inner_ran; };
+    EXPECT_FALSE(f(3.2)) << "a second call for id 3 ran beside the first under permits = 1";
+  };
+  EXPECT_TRUE(f(3));
+  EXPECT_EQ(inner_ran, 0);
+}
+
+TEST(Bounded, CharParameterGivesOneKeyForTheSameCharacter) {
+  unique_key base;
+  const std::string chA = base.str() + ":chA";
+  test::key_remover cleanup({chA, base.str() + ":ch65"});
+  auto g = bounded({.key = base.str() + ":ch{0}"}, [](char) {});
+  EXPECT_TRUE(g('A'));
+  EXPECT_TRUE(g(65));
+  EXPECT_EQ(acquired(chA), 2u);
+}
+
+TEST(Bounded, ConvertedStringArgumentReachesTheBodyAndTheKey) {
+  unique_key base;
+  const std::string expected = base.str() + ":acme";
+  test::key_remover cleanup({expected});
+  std::string seen;
+  auto f = bounded({.key = base.str() + ":{0}"}, [&](const std::string& tenant) { seen = tenant; });
+  EXPECT_TRUE(f("acme"));
+  EXPECT_EQ(seen, "acme");
+  EXPECT_EQ(acquired(expected), 1u);
+}
+
+TEST(Bounded, FormatSpecThatDoesNotFitTheParameterIsRejectedByBounded) {
+  EXPECT_THROW(bounded({.key = "k:{0:d}"}, [](const std::string&) {}), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k:{0:s}"}, [](double) {}), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k:{0:.2}"}, [](int) {}), std::invalid_argument);
+  EXPECT_THROW(bounded({.key = "k:{1:q}"}, [](int, int) {}), std::invalid_argument);
+  try {
+    bounded({.key = "k:{0:d}"}, [](std::string_view) {});
+    ADD_FAILURE() << "accepted {0:d} for a string";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("k:{0:d}"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(bounded({.key = "k:{0:>8}"}, [](const std::string&) {}));
+  EXPECT_NO_THROW(bounded({.key = "k:{0:04x}"}, [](int) {}));
+  EXPECT_NO_THROW(bounded({.key = "k:{0:.2f}"}, [](double) {}));
+  EXPECT_NO_THROW(bounded({.key = "k:{0:c}"}, [](char) {}));
+  EXPECT_NO_THROW(bounded({.key = "k:{1:d}"}, [](const std::string&, long) {}));
+}
+
 TEST(Bounded, TemplateNamingAMissingArgumentIsRejectedByBounded) {
   bool ran = false;
   EXPECT_THROW(bounded({.key = "k:{2}"}, [&](int, int) { ran = true; }), std::invalid_argument);

@@ -55,9 +55,14 @@ TEST(MetricsPromtool, HostExpositionWithSpecialKeysPassesPromtool) {
         "promtool not installed (Debian package `prometheus`); the "
         "exposition is still parsed back by metrics_test");
   test::unique_key base;
-  const std::vector<std::string> keys = {base.str() + " q\"uote", base.str() + " back\\slash",
-                                         base.str() + " new\nline", base.str() + " tab\tcr\r",
-                                         base.str() + " {b}=,le=\"1\" \xC3\xA9"};
+  const std::vector<std::string> keys = {base.str() + " q\"uote",
+                                         base.str() + " back\\slash",
+                                         base.str() + " new\nline",
+                                         base.str() + " tab\tcr\r",
+                                         base.str() + " {b}=,le=\"1\" \xC3\xA9",
+                                         base.str() + " not utf-8 \xFF",
+                                         base.str() + " not utf-8 \xFE",
+                                         base.str() + " \xEF\xBF\xBD"};
   test::key_remover cleanup(keys);
   std::vector<Semaphore> open;
   for (const auto& k : keys) {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -284,18 +285,82 @@ TEST(Metrics, HistogramBucketsBecomeCumulative) {
   EXPECT_EQ(ex.value("shmsem_wait_duration_seconds_count", {{"key", "h"}}), 0);
 }
 
-TEST(Metrics, InvalidUtf8IsReplacedAndACollisionIsSkipped) {
-  Snapshot a, b, c;
-  a.key = "k\xFF";
-  b.key = "k\xFE";  // same label value as a once sanitised
-  c.key = "ok";
-  a.capacity = 1;
-  b.capacity = 2;
-  const exposition ex = parse(metrics_text({a, b, c}, 0));
+bool valid_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const std::size_t len = b < 0x80         ? 1
+                            : (b >> 5) == 6  ? 2
+                            : (b >> 4) == 14 ? 3
+                            : (b >> 3) == 30 ? 4
+                                             : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Each segment is its own series: keys that differ only in bytes that are
+// not UTF-8 (or in a literal U+FFFD) still get label values of their own.
+TEST(Metrics, KeysThatDifferOnlyInInvalidUtf8GetDistinctLabels) {
+  std::vector<Snapshot> snaps(5);
+  snaps[0].key = "k\xFF";
+  snaps[1].key = "k\xFE";
+  snaps[2].key = "k\xEF\xBF\xBD";  // a literal U+FFFD
+  snaps[3].key =
+      "k\xEF\xBF\xBD"
+      "FF";  // U+FFFD followed by "FF"
+  snaps[4].key = "ok";
+  for (std::size_t i = 0; i < snaps.size(); ++i) snaps[i].capacity = static_cast<int>(i) + 1;
+  const exposition ex = parse(metrics_text(snaps, 0));
   ASSERT_TRUE(ex.errors.empty()) << joined(ex.errors);
-  EXPECT_EQ(ex.value("shmsem_permits_capacity", {{"key", "k\xEF\xBF\xBD"}}), 1);
-  EXPECT_EQ(ex.value("shmsem_scrape_skipped_segments", {}), 1);
-  EXPECT_EQ(ex.find("shmsem_permits_capacity", {}).size(), 2u);
+  EXPECT_EQ(ex.value("shmsem_scrape_skipped_segments", {}), 0);
+  const auto series = ex.find("shmsem_permits_capacity", {});
+  ASSERT_EQ(series.size(), snaps.size());
+  std::set<std::string> labels;
+  std::set<double> capacities;
+  for (const auto* s : series) {
+    const std::string& label = s->labels.at("key");
+    EXPECT_TRUE(valid_utf8(label)) << label;
+    labels.insert(label);
+    capacities.insert(s->value);
+  }
+  EXPECT_EQ(labels.size(), snaps.size());
+  EXPECT_EQ(capacities.size(), snaps.size());
+  EXPECT_EQ(ex.value("shmsem_permits_capacity", {{"key", "ok"}}), 5);
+}
+
+double realtime_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Counters restart at 0 when a key is removed and created again (as gc
+// does). The creation time tells every incarnation apart, so increase()
+// and rate() can see the reset even when the new counter has already
+// passed the old value.
+TEST(Metrics, CreationTimeMarksEachIncarnationOfAKey) {
+  unique_key key;
+  const std::string k = key.str();
+  const double before = realtime_seconds();
+  Semaphore::open(key, 2).acquire().release();
+  const double after = realtime_seconds();
+  const exposition first = parse(metrics_text());
+  ASSERT_TRUE(first.errors.empty()) << joined(first.errors);
+  EXPECT_EQ(first.types.count("shmsem_created_timestamp_seconds")
+                ? first.types.at("shmsem_created_timestamp_seconds")
+                : "",
+            "gauge");
+  const double created = first.value("shmsem_created_timestamp_seconds", {{"key", k}});
+  EXPECT_GE(created, before - 1);
+  EXPECT_LE(created, after + 1);
+
+  ASSERT_TRUE(Semaphore::remove(key));
+  Semaphore again = Semaphore::open(key, 2);
+  for (int i = 0; i < 3; ++i) again.acquire().release();
+  const exposition second = parse(metrics_text());
+  EXPECT_EQ(second.value("shmsem_acquisitions_total", {{"key", k}, {"status", "acquired"}}), 3);
+  EXPECT_GT(second.value("shmsem_created_timestamp_seconds", {{"key", k}}), created);
 }
 
 TEST(Metrics, UnreadableSegmentIsSkippedAndCounted) {
@@ -356,6 +421,24 @@ TEST(Metrics, TextfileIsWholeReadableAndLeavesNoTemporary) {
   const exposition ex = parse(text);
   ASSERT_TRUE(ex.errors.empty()) << joined(ex.errors);
   EXPECT_EQ(ex.value("shmsem_permits_capacity", {{"key", key.str()}}), 4);
+}
+
+TEST(Metrics, TextfileReplacesATemporaryFileLeftByADeadWriterWithTheSamePid) {
+  temp_dir dir;
+  const std::string file = dir.path + "/shmsem.prom";
+  // A fresh process, as the next run of a textfile job is. A writer that
+  // had its pid before it (pids recycle) died between creating its
+  // temporary file and renaming it.
+  test::child_process next_run([&] {
+    for (int n = 0; n < 4; ++n)
+      std::ofstream(file + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n))
+          << "partial";
+    write_metrics_textfile(file);
+    return 0;
+  });
+  EXPECT_EQ(next_run.wait(), 0);
+  const auto entries = dir.entries();
+  EXPECT_NE(std::find(entries.begin(), entries.end(), "shmsem.prom"), entries.end());
 }
 
 TEST(Metrics, TextfileErrorNamesThePathAndLeavesNothing) {

@@ -160,6 +160,50 @@ TEST(Service, TryAcquireReturnsNulloptWhenFull) {
   EXPECT_TRUE(try_acquire(key, 1).has_value());
 }
 
+// After the key is removed and created anew by someone else, the cache
+// must not go on granting seats of the old, unlinked segment: that would
+// hold a second seat under capacity 1. It may trust a cached handle for
+// about a second, so the check polls.
+TEST(Service, CachedHandleOfARemovedSegmentStopsGranting) {
+  unique_key key;
+  Service svc;
+  ASSERT_TRUE(svc.try_acquire(key, 1).has_value());  // cached, then released
+  ASSERT_TRUE(Semaphore::remove(key));
+  Semaphore fresh = Semaphore::open(key, 1);
+  Permit theirs = fresh.acquire();
+  EXPECT_TRUE(test::eventually([&] { return !svc.try_acquire(key, 1).has_value(); }, 20s))
+      << "the cache kept granting seats of the removed segment";
+  EXPECT_TRUE(test::eventually([&] { return svc.used_permits(key) == 1; }, 20s));
+  EXPECT_EQ(fresh.used(), 1);
+}
+
+TEST(Service, ZeroRecheckIntervalSeesARemovalAtTheNextLookup) {
+  unique_key key;
+  Service svc(ServiceOptions{.recheck_interval = 0ms});
+  ASSERT_TRUE(svc.try_acquire(key, 1).has_value());
+  ASSERT_TRUE(Semaphore::remove(key));
+  Semaphore fresh = Semaphore::open(key, 1);
+  Permit theirs = fresh.acquire();
+  EXPECT_FALSE(svc.try_acquire(key, 1).has_value());
+  EXPECT_EQ(svc.used_permits(key), 1);
+  theirs.release();
+  auto mine = svc.try_acquire(key, 1);
+  ASSERT_TRUE(mine.has_value());
+  EXPECT_EQ(fresh.used(), 1);
+}
+
+TEST(Service, ARemovedKeyThatIsNotCreatedAgainIsCreatedByTheNextAcquire) {
+  unique_key key;
+  Service svc(ServiceOptions{.recheck_interval = 0ms});
+  ASSERT_TRUE(svc.try_acquire(key, 2).has_value());
+  ASSERT_TRUE(Semaphore::remove(key));
+  EXPECT_EQ(svc.used_permits(key), 0);
+  EXPECT_THROW(Semaphore::attach(key), SegmentError);  // used_permits creates nothing
+  auto p = svc.try_acquire(key, 2);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(Semaphore::attach(key).used(), 1);
+}
+
 TEST(Service, UsedPermitsOfMissingKeyIsZeroAndCreatesNothing) {
   unique_key key;
   EXPECT_EQ(used_permits(key), 0);

@@ -199,6 +199,24 @@ TEST(SemtopModel, PrintableEscapesControlCharactersOnly) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
 }
 
+// C1 controls (0x80-0x9F) act as escape sequences on terminals that take
+// them (0x9B is CSI), raw or encoded as U+0080-U+009F.
+TEST(SemtopModel, PrintableEscapesC1ControlsRawAndEncoded) {
+  EXPECT_EQ(semtop::printable("a\x9b"
+                              "2Jb"),
+            "a\\x9b2Jb");
+  EXPECT_EQ(semtop::printable("a\x85"), "a\\x85");
+  EXPECT_EQ(semtop::printable("a\xc2\x9b"
+                              "2J"),
+            "a\\u009b2J");
+  EXPECT_EQ(semtop::printable("\xc2\x80\xc2\x9f"), "\\u0080\\u009f");
+  // Neighbours that are ordinary characters stay: U+00A0, U+007E, and
+  // continuation bytes in 0x80-0x9F inside a longer sequence (U+0105).
+  EXPECT_EQ(semtop::printable("\xc2\xa0~\xc4\x85"), "\xc2\xa0~\xc4\x85");
+  // A byte that is no part of UTF-8 cannot be shown as itself.
+  EXPECT_EQ(semtop::printable("x\xff"), "x\\xff");
+}
+
 TEST(SemtopModel, SampleOneReadsARealSemaphore) {
   shmsem::test::unique_key key;
   auto sem = shmsem::Semaphore::open(key, 3);

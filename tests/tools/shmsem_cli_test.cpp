@@ -3,19 +3,25 @@
 // the bound under many concurrent shells, lost seats), the inspection
 // commands and every admin command, gc racing an attach included.
 #include "seat_holder.hpp"
+#include "segment.hpp"
 #include "test_support.hpp"
 #include "tool_runner.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -159,6 +165,159 @@ TEST_P(ShmsemRunSignals, ForwardsTheSignalToTheCommand) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ShmsemRunSignals, ::testing::Values(SIGINT, SIGTERM, SIGHUP));
+
+// After the first SIGTERM arrived (read here unless `read_first` is false):
+// waits long enough for a second one (the wrapper decides within about
+// 0.2 s whether to pass a signal on), then lets the command finish and
+// returns its count.
+std::string total_terms(running_tool& t, const std::string& stop, bool read_first = true) {
+  if (read_first) {
+    EXPECT_EQ(t.read_line(), "TERM 1");
+  }
+  std::this_thread::sleep_for(1500ms);
+  std::ofstream{stop};
+  std::string line;
+  do line = t.read_line();
+  while (line.rfind("TERM ", 0) == 0);
+  return line;
+}
+
+// Processes whose process group is `pgid`, read from /proc.
+std::vector<pid_t> process_group(pid_t pgid) {
+  std::vector<pid_t> out;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      const pid_t pid = std::atoi(e->d_name);
+      if (pid <= 0) continue;
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      std::string text;
+      if (!std::getline(stat, text)) continue;
+      const auto close = text.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream fields(text.substr(close + 2));
+      std::string state;
+      long ppid = 0, pgrp = 0;
+      if (fields >> state >> ppid >> pgrp && pgrp == pgid && state != "Z") out.push_back(pid);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 ? text[close + 2] : '?';
+}
+
+// Ctrl-C, `kill -- -PGID`, timeout(1) and a shell's `kill 0` reach the
+// whole process group, COMMAND included: the wrapper must not send the
+// same signal again. The wrapper is stopped while the signal lands, as a
+// loaded host may keep it off the CPU, so that COMMAND has surely handled
+// the signal before the wrapper sees its own copy.
+TEST(ShmsemRunSignalRule, ASignalToTheProcessGroupReachesTheCommandOnce) {
+  unique_key key;
+  scratch_dir dir;
+  running_tool t(run_args(key, {"-p", "1"}, {SIGNAL_COUNTER_BIN, dir / "stop"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  ASSERT_EQ(::kill(t.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(eventually([&] { return process_state(t.pid()) == 'T'; }));
+  ASSERT_EQ(::kill(-t.pid(), SIGTERM), 0);  // running_tool made it a group leader
+  EXPECT_EQ(t.read_line(), "TERM 1");
+  ASSERT_EQ(::kill(t.pid(), SIGCONT), 0);
+  EXPECT_EQ(total_terms(t, dir / "stop", false), "total 1");
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
+
+TEST(ShmsemRunSignalRule, ASignalToTheWrapperAloneIsPassedOnOnce) {
+  unique_key key;
+  scratch_dir dir;
+  running_tool t(run_args(key, {"-p", "1"}, {SIGNAL_COUNTER_BIN, dir / "stop"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  t.kill(SIGTERM);
+  EXPECT_EQ(total_terms(t, dir / "stop"), "total 1");
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
+
+// systemd's KillMode=control-group signals every process of the unit one
+// by one, the main process (the wrapper) first.
+TEST(ShmsemRunSignalRule, ASignalToEachProcessInTurnReachesTheCommandOnce) {
+  unique_key key;
+  scratch_dir dir;
+  running_tool t(run_args(key, {"-p", "1"}, {SIGNAL_COUNTER_BIN, dir / "stop"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  std::vector<pid_t> group = process_group(t.pid());
+  ASSERT_GE(group.size(), 2u);
+  std::stable_partition(group.begin(), group.end(), [&](pid_t p) { return p == t.pid(); });
+  for (pid_t p : group) ::kill(p, SIGTERM);
+  EXPECT_EQ(total_terms(t, dir / "stop"), "total 1");
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
+
+// timeout(1) signals its child (the wrapper) and then its whole group.
+TEST(ShmsemRunSignalRule, UnderTimeoutTheCommandGetsOneSigterm) {
+  unique_key key;
+  scratch_dir dir;
+  std::vector<std::string> argv = {"timeout", "-s", "TERM", "3"};
+  for (auto& a : run_args(key, {"-p", "1"}, {SIGNAL_COUNTER_BIN, dir / "stop"})) argv.push_back(a);
+  running_tool t(argv);
+  ASSERT_EQ(t.read_line(), "ready");
+  EXPECT_EQ(total_terms(t, dir / "stop"), "total 1");
+  EXPECT_EQ(t.wait(), 124) << t.stderr_text();
+}
+
+std::uint64_t ignored_signals(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind("SigIgn:", 0) == 0) return std::stoull(l.substr(7), nullptr, 16);
+  ADD_FAILURE() << "no SigIgn for " << pid;
+  return 0;
+}
+
+bool ignores(pid_t pid, int sig) {
+  return (ignored_signals(pid) >> (sig - 1)) & 1;
+}
+
+// nohup(1) sets SIGHUP to SIG_IGN: the wrapper must neither catch it nor
+// give the command a default action for it, as flock(1) does not.
+TEST(ShmsemRun, UnderNohupTheWrapperAndTheCommandIgnoreSighup) {
+  unique_key key;
+  scratch_dir dir;
+  std::vector<std::string> argv = {"nohup"};
+  for (auto& a :
+       run_args(key, {"-p", "1"},
+                {"sh", "-c", "echo $$; while [ ! -e \"$1\" ]; do sleep 0.05; done; echo alive",
+                 "sh", dir / "stop"}))
+    argv.push_back(a);
+  running_tool t(argv);
+  const pid_t command = std::stoi(t.read_line());
+  EXPECT_TRUE(ignores(t.pid(), SIGHUP)) << "the wrapper catches SIGHUP";
+  EXPECT_TRUE(ignores(command, SIGHUP)) << "the command lost nohup's SIG_IGN";
+  ::kill(t.pid(), SIGHUP);
+  ::kill(-t.pid(), SIGHUP);
+  std::ofstream{dir / "stop"};
+  EXPECT_EQ(t.read_line(), "alive");
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
+
+TEST(ShmsemRun, SignalsIgnoredAtStartStayIgnoredInTheCommand) {
+  unique_key key;
+  scratch_dir dir;
+  std::vector<std::string> argv = {"sh", "-c", "trap '' INT TERM; exec \"$@\"", "sh"};
+  for (auto& a : run_args(
+           key, {"-p", "1"},
+           {"sh", "-c", "echo $$; while [ ! -e \"$1\" ]; do sleep 0.05; done", "sh", dir / "stop"}))
+    argv.push_back(a);
+  running_tool t(argv);
+  const pid_t command = std::stoi(t.read_line());
+  EXPECT_TRUE(ignores(command, SIGINT));
+  EXPECT_TRUE(ignores(command, SIGTERM));
+  EXPECT_FALSE(ignores(command, SIGHUP));
+  std::ofstream{dir / "stop"};
+  EXPECT_EQ(t.wait(), 0) << t.stderr_text();
+}
 
 TEST(ShmsemRun, SeatOfAKilledRunIsReclaimedAndItsCommandDies) {
   unique_key key;
@@ -323,6 +482,150 @@ TEST(ShmsemInspect, InfoExitCodesForMissingAndCorruptSegments) {
   EXPECT_EQ(r.err.find("shmsem: shmsem:"), std::string::npos) << r.err;
 }
 
+// A file left empty by a creator that died before initializing it: it
+// exists, so "no such semaphore" (3) would be wrong; it cannot be used (4).
+TEST(ShmsemInspect, NeverInitializedFileCannotBeUsedRatherThanMissing) {
+  unique_key key;
+  const int fd = ::open(Semaphore::segment_path(key).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  auto r = shmsem_cli({"info", key.str()});
+  EXPECT_EQ(r.status, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("initialized"), std::string::npos) << r.err;
+  EXPECT_EQ(shmsem_cli({"drain", key.str()}).status, 4);
+  r = shmsem_cli({"ls"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string row;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(key.str() + " ", 0) == 0) row = l;
+  EXPECT_NE(row.find("uninitialized"), std::string::npos) << r.out;
+  // Given a capacity, run initializes it.
+  EXPECT_EQ(run_tool(run_args(key, {"-p", "1"}, {"true"})).status, 0);
+}
+
+// One key that is not UTF-8, or one holder whose process name is not, must
+// not break the JSON of the whole host: every --json output stays valid.
+struct named_holder {
+  shmsem::test::pipe_channel ready, go;
+  child_process proc;
+  named_holder(const std::string& key, const char* name)
+      : proc([this, key, name] {
+          ::prctl(PR_SET_NAME, name);
+          auto sem = Semaphore::open(key, 2);
+          auto p = sem.acquire();
+          ready.send();
+          go.receive(std::chrono::minutes(5));
+          return 0;
+        }) {
+    ready.receive();
+  }
+  ~named_holder() { go.send(); }
+};
+
+nlohmann::json parsed(const tool_result& r) {
+  EXPECT_EQ(r.status, 0) << r.err;
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what() << "\n" << r.out;
+    return {};
+  }
+}
+
+const nlohmann::json* entry_with_prefix(const nlohmann::json& list, const std::string& prefix) {
+  for (const auto& s : list)
+    if (s.contains("key") && s["key"].get<std::string>().rfind(prefix, 0) == 0) return &s;
+  return nullptr;
+}
+
+std::string hex_of(const std::string& bytes) {
+  std::string hex;
+  for (const unsigned char c : bytes) {
+    hex += "0123456789abcdef"[c >> 4];
+    hex += "0123456789abcdef"[c & 15];
+  }
+  return hex;
+}
+
+TEST(ShmsemInspect, JsonSurvivesAKeyThatIsNotUtf8) {
+  unique_key key("x\xff");
+  ASSERT_EQ(shmsem_cli({"create", key.str(), "-p", "2"}).status, 0);
+  const std::string prefix = key.str().substr(0, key.str().size() - 1);
+  const auto ls = parsed(shmsem_cli({"ls", "--json"}));
+  const auto* e = entry_with_prefix(ls, prefix);
+  ASSERT_NE(e, nullptr) << ls.dump();
+  EXPECT_EQ((*e)["capacity"], 2);
+  // The exact bytes, for scripts that must name the key again.
+  EXPECT_EQ((*e)["key_hex"], hex_of(key.str()));
+  const auto info = parsed(shmsem_cli({"info", key.str(), "--json"}));
+  EXPECT_EQ(info["capacity"], 2);
+  const auto top = parsed(run_tool({SEMTOP_BIN, "--json"}));
+  EXPECT_NE(entry_with_prefix(top["semaphores"], prefix), nullptr);
+}
+
+TEST(ShmsemInspect, JsonSurvivesAHolderWhoseNameIsNotUtf8) {
+  unique_key key;
+  named_holder h(key.str(), "job\xff");
+  const auto info = parsed(shmsem_cli({"info", key.str(), "--json"}));
+  ASSERT_EQ(info["holders"].size(), 1u) << info.dump();
+  EXPECT_EQ(info["holders"][0]["command"].get<std::string>().rfind("job", 0), 0u);
+  const auto ls = parsed(shmsem_cli({"ls", "--json"}));
+  EXPECT_NE(entry_with_prefix(ls, key.str()), nullptr);
+  const auto top = parsed(run_tool({SEMTOP_BIN, "--json"}));
+  EXPECT_NE(entry_with_prefix(top["semaphores"], key.str()), nullptr);
+}
+
+// A process stopped while it holds a segment's init lock must not freeze
+// the inspection commands: they give up on that segment quickly and show
+// it as busy (the library's default open timeout is 5 s).
+struct stopped_initializer {
+  child_process proc;
+  explicit stopped_initializer(const std::string& key)
+      : proc([key] {
+          shmsem::detail::testing::set_hook([](shmsem::detail::testing::point p, std::string_view) {
+            if (p == shmsem::detail::testing::point::initializing) ::raise(SIGSTOP);
+          });
+          Semaphore::open(key, 2);
+          return 0;
+        }) {
+    EXPECT_TRUE(eventually([&] {
+      std::ifstream stat("/proc/" + std::to_string(proc.pid()) + "/stat");
+      std::string text;
+      std::getline(stat, text);
+      const auto close = text.rfind(')');
+      return close != std::string::npos && text.size() > close + 2 && text[close + 2] == 'T';
+    }));
+  }
+  ~stopped_initializer() { proc.kill(SIGKILL); }
+};
+
+TEST(ShmsemInspect, ASegmentWhoseInitializerIsStoppedShowsAsBusyAtOnce) {
+  unique_key key;
+  stopped_initializer stopped(key.str());
+  auto timed = [](const std::vector<std::string>& argv) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = run_tool(argv);
+    return std::make_pair(r, std::chrono::steady_clock::now() - start);
+  };
+  auto [ls, ls_took] = timed({SHMSEM_BIN, "ls"});
+  EXPECT_EQ(ls.status, 0) << ls.err;
+  EXPECT_LT(ls_took, 4s);
+  std::string row;
+  std::istringstream in(ls.out);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(key.str() + " ", 0) == 0) row = l;
+  EXPECT_NE(row.find("busy"), std::string::npos) << ls.out;
+  auto [info, info_took] = timed({SHMSEM_BIN, "info", key.str()});
+  EXPECT_EQ(info.status, 4) << info.err;
+  EXPECT_NE(info.err.find("init"), std::string::npos) << info.err;
+  EXPECT_LT(info_took, 4s);
+  auto [top, top_took] = timed({SEMTOP_BIN, "--once", "--filter", key.str()});
+  EXPECT_EQ(top.status, 0) << top.err;
+  EXPECT_NE(top.out.find("busy"), std::string::npos) << top.out;
+  EXPECT_LT(top_took, 4s);
+}
+
 TEST(ShmsemInspect, MetricsPrintsAndWritesTheExposition) {
   unique_key key;
   scratch_dir dir;
@@ -337,6 +640,60 @@ TEST(ShmsemInspect, MetricsPrintsAndWritesTheExposition) {
   std::stringstream text;
   text << f.rdbuf();
   EXPECT_NE(text.str().find(series), std::string::npos) << text.str();
+}
+
+// strace shows the order of the system calls, which is the whole promise
+// here: the data is on disk before the rename makes it visible, and the
+// rename is on disk after the directory is flushed.
+TEST(ShmsemInspect, MetricsTextfileIsFlushedBeforeTheRenameAndTheDirectoryAfter) {
+  if (::access("/usr/bin/strace", X_OK) != 0) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true")
+      FAIL() << "strace is missing (scripts/deps.sh installs it)";
+    GTEST_SKIP() << "strace is not installed (apt-get install strace); on CI this fails instead";
+  }
+  scratch_dir dir;
+  const std::string file = dir / "shmsem.prom";
+  const std::string trace = dir / "trace";
+  const auto r = run_tool({"strace", "-f", "-qq", "-o", trace, "-e",
+                           "trace=openat,fsync,fdatasync,rename,renameat,renameat2", SHMSEM_BIN,
+                           "metrics", "--textfile", file});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(trace);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  auto result_fd = [](const std::string& l) {
+    const auto eq = l.rfind("= ");
+    return eq == std::string::npos ? std::string() : l.substr(eq + 2);
+  };
+  auto find = [&](std::size_t from, auto pred) {
+    for (std::size_t i = from; i < lines.size(); ++i)
+      if (pred(lines[i])) return i;
+    return lines.size();
+  };
+  auto has = [](const std::string& l, const std::string& what) {
+    return l.find(what) != std::string::npos;
+  };
+  const std::size_t tmp_open = find(
+      0, [&](const std::string& l) { return has(l, "openat(") && has(l, "\"" + file + ".tmp."); });
+  ASSERT_LT(tmp_open, lines.size()) << "no temporary file opened";
+  const std::string tmp_fd = result_fd(lines[tmp_open]);
+  const std::size_t renamed = find(tmp_open, [&](const std::string& l) {
+    return has(l, "rename") && has(l, ", \"" + file + "\"") && has(l, "= 0");
+  });
+  ASSERT_LT(renamed, lines.size()) << "no rename onto " << file;
+  const std::size_t synced = find(tmp_open, [&](const std::string& l) {
+    return has(l, "fsync(" + tmp_fd + ")") || has(l, "fdatasync(" + tmp_fd + ")");
+  });
+  EXPECT_LT(synced, renamed) << "the temporary file was not flushed before the rename";
+  const std::size_t dir_open = find(renamed, [&](const std::string& l) {
+    return has(l, "openat(") && has(l, "\"" + dir.path + "\"") && has(l, "O_DIRECTORY");
+  });
+  ASSERT_LT(dir_open, lines.size()) << "the directory was not opened after the rename";
+  const std::string dir_fd = result_fd(lines[dir_open]);
+  EXPECT_LT(find(dir_open, [&](const std::string& l) { return has(l, "fsync(" + dir_fd + ")"); }),
+            lines.size())
+      << "the directory was not flushed after the rename";
 }
 
 // ---------------------------------------------------------------- admin

@@ -65,7 +65,7 @@ int run_batch(const settings& s, semtop::model& m, const std::string& host) {
     semtop::print_table(std::cout, m, host, true);
     std::cout.flush();
   }
-  if (s.json) std::cout << semtop::to_json(m, host).dump(2) << "\n";
+  if (s.json) std::cout << semtop::dump_json(semtop::to_json(m, host)) << "\n";
   return std::cout.good() ? 0 : 1;
 }
 

@@ -1,7 +1,8 @@
 // shmsem/admin_commands.cpp: create, resize, drain, reap, wait-idle, rm, gc.
-#include "../semtop/report.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "model.hpp"
+#include "report.hpp"
 
 #include <shmsem/semaphore.hpp>
 
@@ -40,7 +41,7 @@ int create(const std::string& key, int permits, const std::string& mode_text) {
 }
 
 int resize(const std::string& key, int permits) {
-  auto sem = shmsem::Semaphore::attach(key);
+  auto sem = semtop::attach_existing(key);
   const int before = sem.capacity();
   sem.set_capacity(permits);
   std::printf("%s: capacity %d -> %d\n", key.c_str(), before, permits);
@@ -48,7 +49,7 @@ int resize(const std::string& key, int permits) {
 }
 
 int drain(const std::string& key) {
-  auto sem = shmsem::Semaphore::attach(key);
+  auto sem = semtop::attach_existing(key);
   const int displaced = sem.force_release_all();
   std::printf("%s: all seats released, %d live holder lease%s displaced\n", key.c_str(), displaced,
               displaced == 1 ? "" : "s");
@@ -64,7 +65,7 @@ int reap(const std::string& key) {
   int rc = kOk;
   for (const auto& k : keys) {
     try {
-      const int seats = shmsem::Semaphore::attach(k).reap();
+      const int seats = semtop::attach_existing(k).reap();
       std::printf("%s: reaped %d seat%s\n", semtop::printable(k).c_str(), seats,
                   seats == 1 ? "" : "s");
     } catch (const std::exception& e) {
@@ -86,7 +87,7 @@ int wait_idle(const std::string& key, const std::string& wait_text) {
     }
     timeout = std::min(*d, shmsem::kMaxDuration);
   }
-  auto sem = shmsem::Semaphore::attach(key);
+  auto sem = semtop::attach_existing(key);
   if (sem.wait_idle(timeout)) return kOk;
   error_message(key + ": still " + std::to_string(sem.used()) + " seat(s) in use after " +
                 wait_text);

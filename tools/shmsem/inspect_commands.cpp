@@ -1,10 +1,10 @@
 // shmsem/inspect_commands.cpp: ls, info and metrics. They read through the
 // library's lock-free snapshots (the same model semtop uses), so inspecting
 // never stalls the fleet.
-#include "../semtop/model.hpp"
-#include "../semtop/report.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "model.hpp"
+#include "report.hpp"
 
 #include <shmsem/metrics.hpp>
 #include <shmsem/semaphore.hpp>
@@ -25,7 +25,7 @@ int ls(bool json) {
   if (json) {
     auto arr = nlohmann::json::array();
     for (const auto& r : rows) arr.push_back(semtop::to_json(r, m.updated_at()));
-    std::cout << arr.dump(2) << "\n";
+    std::cout << semtop::dump_json(arr) << "\n";
     return kOk;
   }
   std::size_t kw = 3;
@@ -48,8 +48,10 @@ int ls(bool json) {
 }
 
 int info(const std::string& key, bool json) {
-  // attach() first, so "no such semaphore" and "corrupt" get their own codes.
-  auto sem = shmsem::Semaphore::attach(key);
+  // Attach first, so "no such semaphore" and "corrupt" get their own codes.
+  shmsem::Options options;
+  options.open_timeout = semtop::kInspectOpenTimeout;
+  auto sem = semtop::attach_existing(key, options);
   semtop::sample s;
   s.key = key;
   s.snap = sem.snapshot();
@@ -60,7 +62,7 @@ int info(const std::string& key, bool json) {
   m.update(std::move(v), semtop::clock::now());
   const auto r = m.rows().at(0);
   if (json)
-    std::cout << semtop::to_json(r, m.updated_at()).dump(2) << "\n";
+    std::cout << semtop::dump_json(semtop::to_json(r, m.updated_at())) << "\n";
   else
     semtop::print_info(std::cout, r, m.updated_at());
   return kOk;

@@ -1,7 +1,9 @@
-// semtop/model.cpp: sampling through the public API, rates, sorting, filtering.
+// common/model.cpp: sampling through the public API, rates, sorting, filtering.
 #include "model.hpp"
 
 #include <shmsem/semaphore.hpp>
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +11,18 @@
 #include <system_error>
 
 namespace semtop {
+
+shmsem::Semaphore attach_existing(const std::string& key, const shmsem::Options& options) {
+  try {
+    return shmsem::Semaphore::attach(key, options);
+  } catch (const shmsem::SegmentError& e) {
+    struct stat st;
+    if (e.code() != shmsem::errc::not_found ||
+        ::lstat(shmsem::Semaphore::segment_path(key).c_str(), &st) != 0)
+      throw;
+    throw uninitialized_segment(make_error_code(shmsem::errc::bad_segment), e.what());
+  }
+}
 
 std::string describe_error(const std::exception& e) {
   // The library's messages start with "shmsem: "; the row already says so.
@@ -21,6 +35,7 @@ std::string describe_error(const std::exception& e) {
   if (c == shmsem::errc::permission_denied || c == std::errc::permission_denied ||
       c == std::errc::operation_not_permitted)
     return "no permission";
+  if (dynamic_cast<const uninitialized_segment*>(&e)) return "uninitialized: " + what;
   if (c == shmsem::errc::bad_segment || c == shmsem::errc::truncated) return "corrupt: " + what;
   if (c == shmsem::errc::layout_mismatch) return "incompatible: " + what;
   if (c == shmsem::errc::busy) return "busy: being initialized";
@@ -34,7 +49,9 @@ sample sample_one(const std::string& key) {
     // A fresh handle each time: semtop must not keep segments attached
     // (that would make `shmsem gc` think they are in use), and a removed
     // name must show as vanished rather than as the old, unlinked copy.
-    auto sem = shmsem::Semaphore::attach(key);
+    shmsem::Options options;
+    options.open_timeout = kInspectOpenTimeout;
+    auto sem = attach_existing(key, options);
     s.snap = sem.snapshot();
     s.snap->key = key;
   } catch (const std::exception& e) {

@@ -1,9 +1,10 @@
-// semtop/report.cpp: text cells, plain-text tables and JSON for the rows.
+// common/report.cpp: text cells, plain-text tables and JSON for the rows.
 #include "report.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <ostream>
 #include <string>
@@ -70,28 +71,86 @@ nlohmann::json stats_json(const shmsem::Stats& s) {
           {"hold", histogram_json(s.hold)}};
 }
 
+// Length of the valid UTF-8 sequence at text[i] (1 for ASCII), or 0 when
+// text[i] starts none (overlong forms, surrogates and code points above
+// U+10FFFF are not valid).
+std::size_t utf8_length(std::string_view text, std::size_t i) {
+  const auto b0 = static_cast<unsigned char>(text[i]);
+  if (b0 < 0x80) return 1;
+  std::size_t len;
+  std::uint32_t cp;
+  if ((b0 & 0xE0) == 0xC0) {
+    len = 2;
+    cp = b0 & 0x1Fu;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3;
+    cp = b0 & 0x0Fu;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4;
+    cp = b0 & 0x07u;
+  } else {
+    return 0;
+  }
+  if (i + len > text.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(text[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3Fu);
+  }
+  static constexpr std::uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMinForLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+void escape(std::string& out, const char* format, unsigned value) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, format, value);
+  out += buf;
+}
+
 }  // namespace
 
 std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c >= 0x20 && c != 0x7f) {
-      out += ch;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t len = utf8_length(text, i);
+    if (len == 0) {
+      escape(out, "\\x%02x", c);  // no part of UTF-8; 0x80-0x9F are C1 controls
+      ++i;
+    } else if (len == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
+      escape(out, "\\u%04x", static_cast<unsigned char>(text[i + 1]));  // U+0080-U+009F
+      i += 2;
+    } else if (len > 1 || (c >= 0x20 && c != 0x7f)) {
+      out.append(text.substr(i, len));
+      i += len;
     } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
+      if (c == '\n')
+        out += "\\n";
+      else if (c == '\t')
+        out += "\\t";
+      else if (c == '\r')
+        out += "\\r";
+      else
+        escape(out, "\\x%02x", c);
+      ++i;
     }
   }
   return out;
+}
+
+bool valid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t len = utf8_length(text, i);
+    if (len == 0) return false;
+    i += len;
+  }
+  return true;
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 row_cells column_titles() {
@@ -274,6 +333,11 @@ void print_info(std::ostream& out, const row& r, clock::time_point now) {
 nlohmann::json to_json(const row& r, clock::time_point now) {
   nlohmann::json j;
   j["key"] = r.key;
+  if (!valid_utf8(r.key)) {
+    std::string hex;
+    for (const unsigned char c : r.key) escape(hex, "%02x", c);
+    j["key_hex"] = hex;
+  }
   if (!r.ok()) {
     j["error"] = r.error;
     return j;

@@ -1,4 +1,5 @@
-// semtop/model.hpp: what semtop shows, without any terminal code.
+// common/model.hpp: what semtop and `shmsem ls/info` show, without any
+// terminal code.
 //
 // The model turns samples (one Snapshot per semaphore, or the reason it
 // could not be read) into rows: rates between two samples, reclaimed seats,
@@ -8,6 +9,9 @@
 // printers (report.cpp) only read rows.
 #pragma once
 
+#include <shmsem/errors.hpp>
+#include <shmsem/options.hpp>
+#include <shmsem/semaphore.hpp>
 #include <shmsem/stats.hpp>
 
 #include <chrono>
@@ -30,9 +34,29 @@ struct sample {
   std::string error;
 };
 
+/// How long the monitor waits for a segment that another process is
+/// initializing (the library's default is 5 s). A process stopped while it
+/// holds that segment's init lock must not freeze semtop or `shmsem ls`:
+/// the segment shows as busy instead.
+inline constexpr std::chrono::milliseconds kInspectOpenTimeout{200};
+
+/// A segment file that exists but was never fully initialized (its creator
+/// died first). It cannot be used until an open() with a capacity
+/// initializes it.
+class uninitialized_segment : public shmsem::SegmentError {
+ public:
+  using shmsem::SegmentError::SegmentError;
+};
+
+/// Semaphore::attach(), except that a file which exists but was never fully
+/// initialized throws uninitialized_segment (errc::bad_segment) instead of
+/// errc::not_found: there is something at the name, it is just unusable.
+shmsem::Semaphore attach_existing(const std::string& key, const shmsem::Options& options = {});
+
 /// Reads every semaphore of the host through the public API: list(),
-/// attach(), snapshot(). Never takes a segment lock and never throws for
-/// one bad segment: that segment becomes a sample with an error.
+/// attach(), snapshot(). Never takes a segment lock, waits at most
+/// kInspectOpenTimeout for a segment being initialized, and never throws
+/// for one bad segment: that segment becomes a sample with an error.
 std::vector<sample> sample_all();
 
 /// Reads one semaphore (same rules as sample_all()).

@@ -1,4 +1,4 @@
-// semtop/report.hpp: the model's rows as text cells, plain-text tables and
+// common/report.hpp: the model's rows as text cells, plain-text tables and
 // JSON. Shared by semtop's batch modes, its ncurses view (which lays the same
 // cells out itself) and the shmsem CLI's ls and info commands.
 #pragma once
@@ -15,9 +15,19 @@
 namespace semtop {
 
 /// `text` safe to print on a terminal: control characters (a key may hold
-/// any byte but NUL) become \n, \t, \r or \xHH, so a key can neither break
-/// a table nor send escape sequences to the operator's terminal.
+/// any byte but NUL) become \n, \t, \r or \xHH, C1 controls encoded as
+/// UTF-8 (U+0080-U+009F) become \u00HH, and a byte that is no part of valid
+/// UTF-8 becomes \xHH. So a key can neither break a table nor send escape
+/// sequences to the operator's terminal (0x9B and U+009B are CSI to some).
 std::string printable(std::string_view text);
+
+/// True if `text` is valid UTF-8.
+bool valid_utf8(std::string_view text);
+
+/// `j` as indented JSON text that is valid UTF-8 whatever its strings hold:
+/// a byte that is not UTF-8 (in a key, a process name, an error message)
+/// becomes U+FFFD instead of failing the whole document.
+std::string dump_json(const nlohmann::json& j);
 
 /// The text of one table row, column by column.
 struct row_cells {
@@ -49,7 +59,9 @@ void print_table(std::ostream& out, const model& m, const std::string& host, boo
 void print_info(std::ostream& out, const row& r, clock::time_point now);
 
 /// JSON of one row: key, capacity, used, waiters, utilization, EWMA, rates,
-/// stats (counters and histograms) and holders; {"key", "error"} when unreadable.
+/// stats (counters and histograms) and holders; {"key", "error"} when
+/// unreadable. A key that is not valid UTF-8 also gets "key_hex", its bytes
+/// in hex, since "key" shows each invalid byte as U+FFFD.
 nlohmann::json to_json(const row& r, clock::time_point now);
 /// The whole model: {"host", "semaphores": [...]} .
 nlohmann::json to_json(const model& m, const std::string& host);
