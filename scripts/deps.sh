@@ -11,6 +11,7 @@ pkgs=(
   tmux util-linux procps man-db strace
   debhelper dpkg-dev fakeroot lintian
   prometheus
+  python3-dev pybind11-dev python3-pytest gunicorn dh-python
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <new>
+#include <span>
+#include <utility>
 
 #include "log.hpp"
 #include "sys/clock.hpp"
@@ -11,9 +14,9 @@ namespace shmsem::detail {
 
 using namespace layout;
 
-__attribute__((
-    tls_model("initial-exec"))) constinit thread_local thread_entry entry_table[kThreadEntries];
-__attribute__((tls_model("initial-exec"))) constinit thread_local std::uint32_t entry_mru = 0;
+constinit thread_entry no_entry;
+__attribute__((tls_model("initial-exec"))) constinit thread_local thread_entry* entry_mru =
+    &no_entry;
 
 namespace {
 
@@ -22,6 +25,11 @@ constexpr std::uint64_t kIdBlock = 1024;               // permit ids taken at a 
 constexpr std::int64_t kDropEntryLockNs = 10'000'000;  // see drop_entry()
 
 thread_local std::uint64_t entry_uses = 0;  // ticks of the LRU clock
+// kThreadEntries entries, or null before the thread's first locked acquire.
+constinit thread_local thread_entry* entry_table = nullptr;
+// The exit cleanup ran: a late call (another thread_local's destructor)
+// stays on the locked path rather than allocate a table nobody frees.
+constinit thread_local bool table_closed = false;
 
 // The cleanup at thread exit; constructed (and so registered) at a
 // thread's first entry.
@@ -64,7 +72,9 @@ void drop_entry(thread_entry& e) noexcept {
 }
 
 table_cleanup::~table_cleanup() {
-  for (thread_entry& e : entry_table) {
+  table_closed = true;
+  if (!entry_table) return;
+  for (thread_entry& e : std::span(entry_table, kThreadEntries)) {
     bool detach = false;
     attachment* a = e.att;
     {
@@ -75,15 +85,18 @@ table_cleanup::~table_cleanup() {
     }
     if (detach) attachment::finish_detach(a);
   }
+  entry_mru = &no_entry;
+  delete[] std::exchange(entry_table, nullptr);
 }
 
 }  // namespace
 
 thread_entry* find_entry(const attachment& a) noexcept {
+  if (!entry_table) return nullptr;
   for (std::uint32_t i = 0; i < kThreadEntries; ++i) {
     thread_entry& e = entry_table[i];
     if (e.att == &a && e.serial == a.serial) {
-      entry_mru = i;
+      entry_mru = &e;
       return &e;
     }
   }
@@ -92,7 +105,12 @@ thread_entry* find_entry(const attachment& a) noexcept {
 
 thread_entry* prepare_entry(attachment& a) {
   if (thread_entry* e = local_entry(a)) return e;
-  (void)&cleanup;
+  if (!entry_table) {
+    if (table_closed) return nullptr;
+    entry_table = new (std::nothrow) thread_entry[kThreadEntries];
+    if (!entry_table) return nullptr;  // no fast path for this thread
+    (void)&cleanup;
+  }
   auto g = attachment::registry_lock();
   std::uint32_t victim = kThreadEntries;
   for (std::uint32_t i = 0; i < kThreadEntries && victim == kThreadEntries; ++i) {
@@ -118,7 +136,7 @@ thread_entry* prepare_entry(attachment& a) {
   e.busy.store(false, std::memory_order_relaxed);
   e.closing.store(a.closing.load(std::memory_order_relaxed), std::memory_order_relaxed);
   a.entries.push_back(&e);
-  entry_mru = victim;
+  entry_mru = &e;
   return &e;
 }
 
@@ -189,7 +207,8 @@ void release_scope::detach_after_release(attachment* a, std::uint64_t serial) no
 }
 
 void forget_thread_entries() noexcept {
-  for (thread_entry& e : entry_table) {
+  if (!entry_table) return;
+  for (thread_entry& e : std::span(entry_table, kThreadEntries)) {
     e.att = nullptr;
     e.record = nullptr;
     e.cached = 0;

@@ -118,18 +118,22 @@ class release_scope {
 /// the parent's reservations and records).
 void forget_thread_entries() noexcept;
 
-/// This thread's entries (thread-local memory). Initial-exec TLS with
-/// constant initialization: reaching them is one %fs-relative address,
-/// with no __tls_get_addr call and no initialization guard.
+/// This thread's entries live in a table on the heap, allocated at the
+/// thread's first locked acquire and freed at its exit. Only `entry_mru`,
+/// one pointer, is initial-exec TLS: reaching it is one %fs-relative load,
+/// with no __tls_get_addr call and no initialization guard, and 8 bytes fit
+/// the static TLS that glibc keeps for libraries loaded with dlopen (the
+/// table itself, 1 KB and more, would not).
 inline constexpr std::uint32_t kThreadEntries = 8;  // semaphores a thread uses fast at once
-__attribute__((tls_model(
-    "initial-exec"))) extern constinit thread_local thread_entry entry_table[kThreadEntries];
-__attribute__((tls_model("initial-exec"))) extern constinit thread_local std::uint32_t entry_mru;
+/// What `entry_mru` points at while a thread has no table: it matches no
+/// attachment, so the hot path needs no null check.
+extern constinit thread_entry no_entry;
+__attribute__((tls_model("initial-exec"))) extern constinit thread_local thread_entry* entry_mru;
 
 inline thread_entry* local_entry(const attachment& a) noexcept {
-  thread_entry& m = entry_table[entry_mru];
-  if (m.att == &a && m.serial == a.serial) [[likely]]
-    return &m;
+  thread_entry* m = entry_mru;
+  if (m->att == &a && m->serial == a.serial) [[likely]]
+    return m;
   return find_entry(a);
 }
 

@@ -232,8 +232,10 @@ std::vector<std::string> Semaphore::list() {
       continue;
     }
     if (!detail::is_hashed_name(name)) continue;
-    // A hashed name: the key is only in the segment.
-    alignas(64) static thread_local char buf[detail::layout::kHeaderRegion];
+    // A hashed name: the key is only in the segment. The buffer is on the
+    // stack: as thread_local it would take 4 KB of the library's TLS block,
+    // which must stay small (see entry_mru in fastpath.hpp).
+    alignas(64) char buf[detail::layout::kHeaderRegion];
     std::size_t got = 0;
     std::uint64_t size = 0;
     if (sys::shm_read_prefix(name, buf, sizeof buf, got, size) != 0) continue;

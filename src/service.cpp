@@ -25,6 +25,7 @@
 #include <functional>
 #include <iterator>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -226,10 +227,15 @@ struct thread_cache {
   std::uint64_t clock = 0;
 };
 
-thread_local thread_cache t_cache;
+// On the heap, allocated at a thread's first insert: the library's
+// thread-local data shares one TLS block, which must stay small enough to
+// fit the static TLS that dlopen can still get (see entry_mru in
+// fastpath.hpp); this cache alone is 2.4 KB.
+thread_local std::unique_ptr<thread_cache> t_cache;
 
 std::shared_ptr<detail::service_entry> thread_lookup(std::uint64_t service, std::string_view key) {
-  thread_cache& c = t_cache;
+  if (!t_cache) return nullptr;
+  thread_cache& c = *t_cache;
   for (auto& s : c.slots) {
     if (s.service != service || s.key_view() != key) continue;
     auto e = s.e.lock();
@@ -249,7 +255,8 @@ std::shared_ptr<detail::service_entry> thread_lookup(std::uint64_t service, std:
 void thread_insert(std::uint64_t service, std::string_view key,
                    const std::shared_ptr<detail::service_entry>& e) {
   if (key.size() > kMaxKey) return;  // invalid anyway: open() rejected it
-  thread_cache& c = t_cache;
+  if (!t_cache) t_cache = std::make_unique<thread_cache>();
+  thread_cache& c = *t_cache;
   thread_slot* victim = &c.slots[0];
   for (auto& s : c.slots) {
     if (s.service == 0) {

@@ -1,7 +1,7 @@
 # packaging/cmake/install.cmake: what `cmake --install` puts where, and the
 # files that let other projects find the installed library:
 #   <libdir>/libshmsem.so.X.Y.Z, .so.X and the .so link
-#   <includedir>/shmsem/*.hpp          the public headers, nothing else
+#   <includedir>/shmsem/*.hpp, *.h     the public headers (C++ and C), nothing else
 #   <libdir>/cmake/shmsem/             shmsemConfig.cmake, its version file, the exported targets
 #   <libdir>/pkgconfig/shmsem.pc
 #   <datadir>/doc/shmsem/LICENSE       the MIT license the files are released under
@@ -24,12 +24,13 @@ install(TARGETS shmsem EXPORT shmsemTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT shmsem_runtime
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
-# Only include/shmsem/ is public. The private headers under src/ (the
-# segment layout, the platform layer) are never installed.
+# Only include/shmsem/ is public (shmsem.h is the C ABI). The private
+# headers under src/ (the segment layout, the platform layer) are never
+# installed.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/shmsem
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   COMPONENT shmsem_development
-  FILES_MATCHING PATTERN "*.hpp")
+  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
 
 install(EXPORT shmsemTargets
   NAMESPACE shmsem::

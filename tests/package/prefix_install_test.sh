@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # ctest package.prefix_install: `cmake --install` a configured and built
 # shmsem tree into a fresh prefix, then build consumers against that prefix
-# only, the way fmt's find-package-test does: one with find_package(shmsem)
-# and one with pkg-config. Each runs a semaphore across two processes.
+# only, the way fmt's find-package-test does: one with find_package(shmsem),
+# a C++ and a C one with pkg-config, and (when the build has the Python
+# package) the Python consumer with the prefix's package. Each runs a
+# semaphore across two processes.
 #
 # usage: prefix_install_test.sh BUILD_DIR WORK_DIR
 set -euo pipefail
@@ -19,7 +21,7 @@ die() {
 key=pkgtest.prefix.$$.$RANDOM
 cleanup() {
   local k
-  for k in "$key.cmake" "$key.pc"; do
+  for k in "$key.cmake" "$key.pc" "$key.c" "$key.py"; do
     [ -x "$work/cmake/two_process" ] && "$work/cmake/two_process" --remove "$k" >/dev/null 2>&1
   done
   true
@@ -31,8 +33,8 @@ mkdir -p "$work"
 prefix=$work/prefix
 "$cmake" --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; die "cmake --install failed"; }
 
-# Only the public headers are installed.
-diff <(cd "$root/include" && find shmsem -name '*.hpp' | sort) <(cd "$prefix/include" && find . -type f | sed 's|^\./||' | sort) ||
+# Only the public headers are installed (C++ and the C ABI's shmsem.h).
+diff <(cd "$root/include" && find shmsem -name '*.hpp' -o -name '*.h' | sort) <(cd "$prefix/include" && find . -type f | sed 's|^\./||' | sort) ||
   die "the installed headers differ from include/shmsem (< source only, > installed only)"
 config=$(find "$prefix" -name shmsemConfig.cmake)
 pc=$(find "$prefix" -name shmsem.pc)
@@ -71,4 +73,20 @@ make -s -C "$here/pkg_config" O="$work/pc" LDFLAGS="-Wl,-rpath,$libdir" || die "
 ldd "$work/pc/two_process" | grep "libshmsem.so.0 => $libdir/libshmsem.so.0" >/dev/null ||
   die "the pkg-config consumer does not load $libdir/libshmsem.so.0"
 timeout 60 "$work/pc/two_process" "$key.pc"
+ldd "$work/pc/two_process_c" | grep "libshmsem.so.0 => $libdir/libshmsem.so.0" >/dev/null ||
+  die "the C pkg-config consumer does not load $libdir/libshmsem.so.0"
+timeout 60 "$work/pc/two_process_c" "$key.c"
+
+# The Python package, if the build made it: under the prefix's Python path,
+# importable from there alone, loading the prefix's library.
+module=$(find "$prefix" -name '_shmsem.*.so' 2>/dev/null | head -n 1)
+if [ -n "$module" ]; then
+  site=$(dirname "$(dirname "$module")")
+  case "$site" in "$prefix"/lib/python3*/*-packages) ;; *) die "the Python package went to $site" ;; esac
+  loaded=$(ldd "$module" | awk '$1 == "libshmsem.so.0" {print $3}')
+  [ -n "$loaded" ] && [ "$(readlink -f "$loaded")" = "$(readlink -f "$libdir/libshmsem.so.0")" ] ||
+    die "$module loads '$loaded', not $libdir/libshmsem.so.0"
+  (cd "$work" && PYTHONPATH=$site timeout 60 /usr/bin/python3 "$here/consumer/two_process.py" "$key.py") ||
+    die "the Python consumer failed with the package in $site"
+fi
 echo "prefix_install_test: ok"

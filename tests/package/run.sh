@@ -2,14 +2,16 @@
 # tests/package/run.sh (`make package-test`, and the last step of `make
 # test`): the Debian packages from the outside, as a user meets them.
 #
-#   1. build libshmsem0, libshmsem-dev and shmsem-tools (packaging/build-deb.sh)
+#   1. build libshmsem0, libshmsem-dev, shmsem-tools and python3-shmsem
+#      (packaging/build-deb.sh)
 #   2. check their contents and dependencies, and run lintian (errors and
 #      undocumented warnings fail; the documented ones are lintian overrides
 #      in packaging/debian/ and are listed in docs/install.md)
 #   3. dpkg -i them, then from /usr only:
-#      - a find_package(shmsem) consumer and a pkg-config consumer, each
-#        running one semaphore across two processes; a consumer of
-#        <shmsem/logging.hpp>
+#      - a find_package(shmsem) consumer and pkg-config consumers in C++
+#        and C, each running one semaphore across two processes; a
+#        consumer of <shmsem/logging.hpp>
+#      - `import shmsem` with /usr/bin/python3 and a two-process acquire
 #      - semtop --once and shmsem --help from the PATH; man -w semtop
 #   4. dpkg --purge them and check that nothing of theirs is left.
 #
@@ -23,7 +25,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/tests/package
 work=${SHMSEM_PACKAGE_TEST_DIR:-$root/build-pkgtest}
 jobs=${JOBS:-2}
-packages=(libshmsem0 libshmsem-dev shmsem-tools)
+packages=(libshmsem0 libshmsem-dev shmsem-tools python3-shmsem)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 arch=$(dpkg-architecture -qDEB_HOST_ARCH)
 start=$SECONDS
@@ -81,7 +83,9 @@ for p in "${packages[@]}"; do
   deb[$p]=$out/${p}_${version}_${arch}.deb
   [ -f "${deb[$p]}" ] || die "make deb did not produce ${deb[$p]##*/}"
 done
-ls "$out"/libshmsem0-dbgsym_*.deb >/dev/null 2>&1 || die "no libshmsem0-dbgsym package was built"
+for p in libshmsem0 python3-shmsem; do
+  ls "$out/$p"-dbgsym_*.deb >/dev/null 2>&1 || die "no $p-dbgsym package was built"
+done
 
 # ---------------------------------------------------------------- contents
 step "package contents and dependencies"
@@ -97,11 +101,13 @@ soname=$(objdump -p "$real_lib" | awk '$1 == "SONAME" {print $2}')
 grep -q "^/usr/lib/$multiarch/libshmsem.so.0$" "$work/libshmsem0.files" || die "libshmsem0 lacks libshmsem.so.0"
 ! grep -Eq '\.so$|/include/|\.pc$|/cmake/' "$work/libshmsem0.files" || die "libshmsem0 carries development files"
 
-# libshmsem-dev: exactly the public headers, the .so link, CMake and pkg-config files.
-diff <(cd "$root/include" && find shmsem -name '*.hpp' | sort) \
-  <(sed -n 's|^/usr/include/\(shmsem/.*\.hpp\)$|\1|p' "$work/libshmsem-dev.files" | sort) ||
-  die "libshmsem-dev's headers differ from include/shmsem/*.hpp (above: < source only, > package only)"
-! grep -q '^/usr/include/.*[^/]$' <(grep -v '^/usr/include/shmsem/.*\.hpp$' "$work/libshmsem-dev.files") ||
+# libshmsem-dev: exactly the public headers (C++ and the C ABI's shmsem.h),
+# the .so link, CMake and pkg-config files.
+diff <(cd "$root/include" && find shmsem -name '*.hpp' -o -name '*.h' | sort) \
+  <(sed -n 's|^/usr/include/\(shmsem/.*\.h\(pp\)\?\)$|\1|p' "$work/libshmsem-dev.files" | sort) ||
+  die "libshmsem-dev's headers differ from include/shmsem/*.hpp, *.h (above: < source only, > package only)"
+grep -qx /usr/include/shmsem/shmsem.h "$work/libshmsem-dev.files" || die "libshmsem-dev lacks shmsem.h"
+! grep -q '^/usr/include/.*[^/]$' <(grep -v '^/usr/include/shmsem/.*\.h\(pp\)\?$' "$work/libshmsem-dev.files") ||
   die "libshmsem-dev installs non-public files under /usr/include"
 for f in "/usr/lib/$multiarch/libshmsem.so" "/usr/lib/$multiarch/pkgconfig/shmsem.pc" \
   "/usr/lib/$multiarch/cmake/shmsem/shmsemConfig.cmake" "/usr/lib/$multiarch/cmake/shmsem/shmsemConfigVersion.cmake" \
@@ -126,11 +132,22 @@ dpkg-deb -x "${deb[shmsem-tools]}" "$work/unpacked/shmsem-tools"
 grep -q '^License: Expat$' "$work/unpacked/shmsem-tools/usr/share/doc/shmsem-tools/copyright" ||
   die "shmsem-tools' copyright file does not state the MIT (Expat) license"
 
+# python3-shmsem: the package where Debian's python3 finds it, with its stubs.
+pydir=/usr/lib/python3/dist-packages/shmsem
+for f in __init__.py __init__.pyi _asyncio.py _bounded.py _types.py py.typed; do
+  grep -qx "$pydir/$f" "$work/python3-shmsem.files" || die "python3-shmsem lacks $pydir/$f"
+done
+grep -Eq "^$pydir/_shmsem\.cpython-3[0-9]+-$multiarch\.so\$" "$work/python3-shmsem.files" ||
+  die "python3-shmsem lacks the extension module in $pydir"
+! grep -Eq '\.so\.|/include/|/usr/bin/' "$work/python3-shmsem.files" ||
+  die "python3-shmsem carries files of the other packages"
+
 # Depends: the runtime libraries the shared library needs, and no others.
 depends() { dpkg-deb -f "${deb[$1]}" Depends; }
 echo "libshmsem0 Depends:    $(depends libshmsem0)"
 echo "libshmsem-dev Depends: $(depends libshmsem-dev)"
 echo "shmsem-tools Depends:  $(depends shmsem-tools)"
+echo "python3-shmsem Depends: $(depends python3-shmsem)"
 for d in libc6 libstdc++6 libspdlog1 libfmt9; do
   depends libshmsem0 | grep "\b$d" >/dev/null || die "libshmsem0 does not depend on $d"
 done
@@ -139,6 +156,10 @@ depends libshmsem-dev | grep "libshmsem0 (= $version)" >/dev/null || die "libshm
 depends libshmsem-dev | grep 'libspdlog-dev' >/dev/null || die "libshmsem-dev does not depend on libspdlog-dev (logging.hpp)"
 depends shmsem-tools | grep "libshmsem0 (>= ${version%-*})" >/dev/null ||
   die "shmsem-tools does not depend on libshmsem0 (>= ${version%-*}) (shlibs)"
+depends python3-shmsem | grep "libshmsem0 (>= ${version%-*})" >/dev/null ||
+  die "python3-shmsem does not depend on libshmsem0 (>= ${version%-*}) (shlibs)"
+depends python3-shmsem | grep -E 'python3 \(>= 3\.[0-9]+~\)' >/dev/null ||
+  die "python3-shmsem does not depend on the python3 it was built for (dh_python3)"
 
 # ---------------------------------------------------------------- lintian
 step "lintian"
@@ -163,11 +184,11 @@ for p in "${packages[@]}"; do
 done
 # A clean start: none of the packages' files may exist before the install,
 # or the check after the purge would prove nothing.
-cat "$work"/{libshmsem0,libshmsem-dev,shmsem-tools}.files | grep -v '/$' >"$work/all.files"
+cat "$work"/{libshmsem0,libshmsem-dev,shmsem-tools,python3-shmsem}.files | grep -v '/$' >"$work/all.files"
 while read -r f; do
   [ ! -e "$f" ] && [ ! -L "$f" ] || die "$f exists before the packages are installed"
 done <"$work/all.files"
-dpkg -i "${deb[libshmsem0]}" "${deb[libshmsem-dev]}" "${deb[shmsem-tools]}"
+dpkg -i "${deb[libshmsem0]}" "${deb[libshmsem-dev]}" "${deb[shmsem-tools]}" "${deb[python3-shmsem]}"
 for p in "${packages[@]}"; do is_installed "$p" || die "$p is not installed after dpkg -i"; done
 ldconfig -p | grep "libshmsem.so.0 .*=> /.*/$multiarch/libshmsem.so.0" >/dev/null || die "ldconfig does not know libshmsem.so.0"
 
@@ -195,8 +216,22 @@ echo "pkg-config --cflags --libs shmsem: $(pkg-config --cflags --libs shmsem)"
 [ "$(pkg-config --modversion shmsem)" = "${version%-*}" ] || die "shmsem.pc has the wrong version"
 [ "$(pkg-config --variable=libdir shmsem)" = "/usr/lib/$multiarch" ] || die "shmsem.pc has the wrong libdir"
 mkdir -p "$work/consumer-pc"
-limit 300 make -s -C "$here/pkg_config" O="$work/consumer-pc" || die "the pkg-config consumer does not build"
+limit 300 make -s -C "$here/pkg_config" O="$work/consumer-pc" || die "the pkg-config consumers do not build"
 limit 60 "$work/consumer-pc/two_process" "$key_base.pc"
+keys+=("$key_base.c")
+ldd "$work/consumer-pc/two_process_c" | grep "libshmsem.so.0 => /.*$multiarch/libshmsem.so.0" >/dev/null ||
+  die "the C consumer does not load the installed libshmsem.so.0"
+limit 60 "$work/consumer-pc/two_process_c" "$key_base.c"
+
+step "Python: import shmsem with /usr/bin/python3 (from /usr)"
+keys+=("$key_base.py")
+# From an empty directory and without PYTHONPATH: only the installed package can answer.
+mkdir -p "$work/python"
+where=$(cd "$work/python" && env -u PYTHONPATH /usr/bin/python3 -c 'import shmsem; print(shmsem.__file__)') ||
+  die "/usr/bin/python3 cannot import shmsem"
+[ "$where" = "$pydir/__init__.py" ] || die "/usr/bin/python3 imported shmsem from $where, not $pydir"
+(cd "$work/python" && env -u PYTHONPATH timeout --kill-after=10 60 /usr/bin/python3 "$here/consumer/two_process.py" "$key_base.py") ||
+  die "the Python consumer failed"
 
 # ---------------------------------------------------------------- tools
 step "semtop and shmsem from the PATH"
@@ -244,7 +279,7 @@ while read -r f; do
 done <"$work/all.files"
 # Directories of our own (shared ones such as /usr/bin stay, as they should).
 for d in /usr/include/shmsem "/usr/lib/$multiarch/cmake/shmsem" /usr/share/doc/libshmsem0 \
-  /usr/share/doc/libshmsem-dev /usr/share/doc/shmsem-tools; do
+  /usr/share/doc/libshmsem-dev /usr/share/doc/shmsem-tools /usr/share/doc/python3-shmsem "$pydir"; do
   [ ! -e "$d" ] || {
     echo "left behind: $d" >&2
     left=1

@@ -1,0 +1,553 @@
+// c_api.cpp: the C ABI (include/shmsem/shmsem.h) over the C++ API. Every
+// function catches every exception and turns it into a status code and a
+// per-thread message; nothing else happens here.
+#include <shmsem/shmsem.h>
+#include <shmsem/errors.hpp>
+#include <shmsem/logging.hpp>
+#include <shmsem/options.hpp>
+#include <shmsem/permit.hpp>
+#include <shmsem/semaphore.hpp>
+#include <shmsem/version.hpp>
+
+#include <spdlog/sinks/base_sink.h>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <utility>
+
+struct shmsem_sem {
+  shmsem::Semaphore sem;
+};
+
+struct shmsem_permit {
+  shmsem::Permit permit;
+};
+
+struct shmsem_cancel_token {
+  std::stop_source source;
+};
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// The last failure's message, per thread (shmsem_last_error).
+thread_local std::string last_error;
+
+int fail(int code, std::string message) noexcept {
+  try {
+    last_error = std::move(message);
+  } catch (...) {
+    last_error.clear();  // out of memory: the code still says what happened
+  }
+  return code;
+}
+
+int code_of(shmsem::Reason r) {
+  switch (r) {
+    case shmsem::Reason::timeout:
+      return SHMSEM_ETIMEDOUT;
+    case shmsem::Reason::cancelled:
+      return SHMSEM_ECANCELED;
+    case shmsem::Reason::shutdown:
+      return SHMSEM_ESHUTDOWN;
+    case shmsem::Reason::exceeds_capacity:
+      return SHMSEM_EEXCEEDS;
+    case shmsem::Reason::error:
+      return SHMSEM_ESEGMENT;
+  }
+  return SHMSEM_EUNKNOWN;
+}
+
+// The status of the exception being handled. Call only inside a catch.
+int current_failure() noexcept {
+  try {
+    throw;
+  } catch (const shmsem::AcquisitionError& e) {
+    return fail(code_of(e.reason()), e.what());
+  } catch (const shmsem::PermitNotHeldError& e) {
+    return fail(SHMSEM_ENOTHELD, e.what());
+  } catch (const shmsem::ExtensionError& e) {
+    return fail(SHMSEM_EEXTEND, e.what());
+  } catch (const shmsem::SegmentError& e) {
+    const bool missing = e.code() == shmsem::make_error_code(shmsem::errc::not_found);
+    return fail(missing ? SHMSEM_ENOENT : SHMSEM_ESEGMENT, e.what());
+  } catch (const std::invalid_argument& e) {
+    return fail(SHMSEM_EINVAL, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(SHMSEM_ENOMEM, "shmsem: out of memory");
+  } catch (const std::exception& e) {
+    return fail(SHMSEM_EUNKNOWN, e.what());
+  } catch (...) {
+    return fail(SHMSEM_EUNKNOWN, "shmsem: unknown exception");
+  }
+}
+
+// Runs f, which returns a status or a figure; exceptions become codes.
+template <class F>
+auto guarded(F&& f) noexcept -> decltype(f()) {
+  try {
+    return f();
+  } catch (...) {
+    return current_failure();
+  }
+}
+
+int null_argument(const char* function, const char* name) {
+  return fail(SHMSEM_EINVAL, std::string("shmsem: ") + function + "(): " + name + " is NULL");
+}
+
+std::string key_of(const char* key) {
+  return std::string("'") + key + "'";
+}
+
+// Reads a caller's option struct of `given` bytes into `out` (ours, of
+// sizeof(T) bytes, already holding the defaults): a shorter struct is an
+// older caller, whose missing fields keep their defaults; a longer one is a
+// newer caller, accepted only if every byte we do not know is zero.
+template <class T>
+bool read_options(const T* in, T& out, std::size_t minimum, const char* function) {
+  const std::size_t given = in->size;
+  if (given < minimum) {
+    fail(SHMSEM_EINVAL, std::string("shmsem: ") + function + "(): options size " +
+                            std::to_string(given) + " is smaller than the first version's " +
+                            std::to_string(minimum) + " (set .size with the _INIT macro)");
+    return false;
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (std::size_t i = sizeof(T); i < given; ++i) {
+    if (bytes[i] != 0) {
+      fail(SHMSEM_EINVAL, std::string("shmsem: ") + function + "(): options set a field that " +
+                              "this library (" + shmsem::runtime_version() +
+                              ") does not know, at byte " + std::to_string(i));
+      return false;
+    }
+  }
+  std::memcpy(&out, in, std::min(given, sizeof(T)));
+  out.size = sizeof(T);
+  return true;
+}
+
+constexpr std::size_t kOpenOptionsV1 = sizeof(shmsem_open_options);
+constexpr std::size_t kAcquireOptionsV1 = sizeof(shmsem_acquire_options);
+
+int acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token* cancel,
+            shmsem_permit** out, const char* function) {
+  if (out) *out = nullptr;
+  if (!s) return null_argument(function, "s");
+  if (!out) return null_argument(function, "out");
+  shmsem::AcquireOptions ao;
+  int n = 1;
+  if (o) {
+    shmsem_acquire_options v = SHMSEM_ACQUIRE_OPTIONS_INIT;
+    if (!read_options(o, v, kAcquireOptionsV1, function)) return SHMSEM_EINVAL;
+    if (v.n < 1 || v.n > static_cast<std::uint32_t>(shmsem::kMaxCapacity))
+      return fail(SHMSEM_EINVAL, std::string("shmsem: ") + function + "() of " +
+                                     key_of(s->sem.key().data()) + ": n must be 1.." +
+                                     std::to_string(shmsem::kMaxCapacity) + ", got " +
+                                     std::to_string(v.n));
+    n = static_cast<int>(v.n);
+    if (v.wait_timeout_ms >= 0) ao.wait_timeout = milliseconds(v.wait_timeout_ms);
+    if (v.ttl_ms != SHMSEM_TTL_DEFAULT) {
+      if (v.ttl_ms < 0)
+        return fail(SHMSEM_EINVAL, std::string("shmsem: ") + function + "() of " +
+                                       key_of(s->sem.key().data()) + ": negative ttl_ms " +
+                                       std::to_string(v.ttl_ms));
+      ao.ttl = milliseconds(v.ttl_ms);
+    }
+    if (v.auto_renew != SHMSEM_RENEW_DEFAULT) ao.auto_renew = v.auto_renew != 0;
+  }
+  if (cancel) {
+    if (cancel->source.stop_requested())
+      return fail(SHMSEM_ECANCELED, std::string("shmsem: cannot acquire ") + std::to_string(n) +
+                                        " seat(s) of " + key_of(s->sem.key().data()) +
+                                        ": cancelled before the call");
+    ao.stop = cancel->source.get_token();
+  }
+  return guarded([&] {
+    auto p = std::make_unique<shmsem_permit>(shmsem_permit{s->sem.acquire(n, ao)});
+    *out = p.release();
+    return SHMSEM_OK;
+  });
+}
+
+// Sends the library's log lines to a C callback.
+class callback_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  callback_sink(shmsem_log_fn fn, void* ctx) : fn_(fn), ctx_(ctx) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    const std::string text(msg.payload.data(), msg.payload.size());
+    fn_(level_of(msg.level), text.c_str(), ctx_);
+  }
+  void flush_() override {}
+
+ private:
+  static int level_of(spdlog::level::level_enum l) {
+    switch (l) {
+      case spdlog::level::trace:
+      case spdlog::level::debug:
+        return SHMSEM_LOG_DEBUG;
+      case spdlog::level::info:
+        return SHMSEM_LOG_INFO;
+      case spdlog::level::warn:
+        return SHMSEM_LOG_WARN;
+      default:
+        return SHMSEM_LOG_ERROR;
+    }
+  }
+  shmsem_log_fn fn_;
+  void* ctx_;
+};
+
+}  // namespace
+
+extern "C" {
+
+const char* shmsem_strerror(int code) {
+  switch (code) {
+    case SHMSEM_OK:
+      return "SHMSEM_OK: success";
+    case SHMSEM_ETIMEDOUT:
+      return "SHMSEM_ETIMEDOUT: timed out";
+    case SHMSEM_EUNAVAILABLE:
+      return "SHMSEM_EUNAVAILABLE: no seat free now";
+    case SHMSEM_ENOTHELD:
+      return "SHMSEM_ENOTHELD: the permit's seats were lost";
+    case SHMSEM_EINVAL:
+      return "SHMSEM_EINVAL: invalid argument";
+    case SHMSEM_ESEGMENT:
+      return "SHMSEM_ESEGMENT: the segment cannot be used";
+    case SHMSEM_ECANCELED:
+      return "SHMSEM_ECANCELED: cancelled";
+    case SHMSEM_ESHUTDOWN:
+      return "SHMSEM_ESHUTDOWN: shut down";
+    case SHMSEM_EEXCEEDS:
+      return "SHMSEM_EEXCEEDS: more seats than the capacity";
+    case SHMSEM_EEXTEND:
+      return "SHMSEM_EEXTEND: cannot extend a lost permit";
+    case SHMSEM_EUNKNOWN:
+      return "SHMSEM_EUNKNOWN: unexpected error";
+    case SHMSEM_ENOMEM:
+      return "SHMSEM_ENOMEM: out of memory";
+    case SHMSEM_ENOENT:
+      return "SHMSEM_ENOENT: no such semaphore";
+    default:
+      return "unknown code";
+  }
+}
+
+const char* shmsem_last_error(void) {
+  return last_error.c_str();
+}
+
+const char* shmsem_version(void) {
+  return shmsem::runtime_version();
+}
+
+int shmsem_open(const char* key, uint32_t permits, shmsem_sem** out) {
+  return shmsem_open_ex(key, permits, nullptr, out);
+}
+
+int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options* o,
+                   shmsem_sem** out) {
+  if (out) *out = nullptr;
+  if (!key) return null_argument("shmsem_open", "key");
+  if (!out) return null_argument("shmsem_open", "out");
+  shmsem_open_options v = SHMSEM_OPEN_OPTIONS_INIT;
+  if (o && !read_options(o, v, kOpenOptionsV1, "shmsem_open_ex")) return SHMSEM_EINVAL;
+  if (v.flags & ~SHMSEM_OPEN_NOCREATE)
+    return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) + "): unknown flags " +
+                                   std::to_string(v.flags & ~SHMSEM_OPEN_NOCREATE));
+  if (v.default_ttl_ms < 0)
+    return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) +
+                                   "): negative default_ttl_ms " +
+                                   std::to_string(v.default_ttl_ms));
+  if (!(v.flags & SHMSEM_OPEN_NOCREATE) &&
+      permits > static_cast<std::uint32_t>(shmsem::kMaxCapacity))
+    return fail(SHMSEM_EINVAL, "shmsem: open(" + key_of(key) + ") needs permits from 1 to " +
+                                   std::to_string(shmsem::kMaxCapacity) + ", got " +
+                                   std::to_string(permits));
+  shmsem::Options options;
+  options.mode = static_cast<mode_t>(v.mode ? v.mode : 0600);
+  if (v.default_ttl_ms > 0) options.ttl = milliseconds(v.default_ttl_ms);
+  options.auto_renew = v.default_auto_renew != 0;
+  if (v.open_timeout_ms >= 0) options.open_timeout = milliseconds(v.open_timeout_ms);
+  return guarded([&] {
+    auto s = std::make_unique<shmsem_sem>(
+        shmsem_sem{(v.flags & SHMSEM_OPEN_NOCREATE)
+                       ? shmsem::Semaphore::attach(key, options)
+                       : shmsem::Semaphore::open(key, static_cast<int>(permits), options)});
+    *out = s.release();
+    return SHMSEM_OK;
+  });
+}
+
+void shmsem_close(shmsem_sem* s) {
+  delete s;
+}
+
+int shmsem_remove(const char* key) {
+  if (!key) return null_argument("shmsem_remove", "key");
+  return guarded([&] { return shmsem::Semaphore::remove(key) ? 1 : 0; });
+}
+
+int shmsem_remove_if_unused(const char* key) {
+  if (!key) return null_argument("shmsem_remove_if_unused", "key");
+  return guarded([&] { return shmsem::Semaphore::remove_if_unused(key) ? 1 : 0; });
+}
+
+const char* shmsem_key(const shmsem_sem* s) {
+  // The key is a std::string inside the attachment: NUL-terminated.
+  return s ? s->sem.key().data() : nullptr;
+}
+
+int shmsem_acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_permit** out) {
+  return acquire(s, o, nullptr, out, "shmsem_acquire");
+}
+
+int shmsem_acquire_cancellable(shmsem_sem* s, const shmsem_acquire_options* o,
+                               shmsem_cancel_token* cancel, shmsem_permit** out) {
+  return acquire(s, o, cancel, out, "shmsem_acquire_cancellable");
+}
+
+int shmsem_try_acquire(shmsem_sem* s, uint32_t n, shmsem_permit** out) {
+  if (out) *out = nullptr;
+  if (!s) return null_argument("shmsem_try_acquire", "s");
+  if (!out) return null_argument("shmsem_try_acquire", "out");
+  if (n < 1)
+    return fail(SHMSEM_EINVAL, "shmsem: shmsem_try_acquire() of " + key_of(shmsem_key(s)) +
+                                   " needs n >= 1, got 0");
+  if (n > static_cast<std::uint32_t>(shmsem::kMaxCapacity))
+    n = static_cast<std::uint32_t>(shmsem::kMaxCapacity) + 1;  // never fits: unavailable
+  return guarded([&] {
+    std::optional<shmsem::Permit> p = s->sem.try_acquire(static_cast<int>(n));
+    if (!p) {
+      const std::string seats = std::to_string(n) + (n == 1 ? " seat" : " seats");
+      return fail(SHMSEM_EUNAVAILABLE, "shmsem: try_acquire of " + seats + " of " +
+                                           key_of(shmsem_key(s)) + ": not free now (capacity " +
+                                           std::to_string(s->sem.capacity()) + ", used " +
+                                           std::to_string(s->sem.used()) + ", waiting " +
+                                           std::to_string(s->sem.waiters()) + ")");
+    }
+    *out = new shmsem_permit{std::move(*p)};
+    return SHMSEM_OK;
+  });
+}
+
+int shmsem_cancel_token_new(shmsem_cancel_token** out) {
+  if (!out) return null_argument("shmsem_cancel_token_new", "out");
+  *out = nullptr;
+  return guarded([&] {
+    *out = new shmsem_cancel_token;
+    return SHMSEM_OK;
+  });
+}
+
+void shmsem_cancel_token_free(shmsem_cancel_token* t) {
+  delete t;
+}
+
+int shmsem_cancel(shmsem_cancel_token* t) {
+  if (!t) return null_argument("shmsem_cancel", "t");
+  t->source.request_stop();
+  return SHMSEM_OK;
+}
+
+int shmsem_cancel_token_reset(shmsem_cancel_token* t) {
+  if (!t) return null_argument("shmsem_cancel_token_reset", "t");
+  return guarded([&] {
+    t->source = std::stop_source();
+    return SHMSEM_OK;
+  });
+}
+
+int shmsem_cancel_token_cancelled(const shmsem_cancel_token* t) {
+  if (!t) return null_argument("shmsem_cancel_token_cancelled", "t");
+  return t->source.stop_requested() ? 1 : 0;
+}
+
+int shmsem_release(shmsem_permit* p) {
+  if (!p) return null_argument("shmsem_release", "p");
+  std::unique_ptr<shmsem_permit> owned(p);
+  return guarded([&] {
+    owned->permit.release();
+    return SHMSEM_OK;
+  });
+}
+
+int shmsem_extend(shmsem_permit* p, int64_t ttl_ms) {
+  if (!p) return null_argument("shmsem_extend", "p");
+  return guarded([&] {
+    p->permit.extend(milliseconds(ttl_ms));
+    return SHMSEM_OK;
+  });
+}
+
+int shmsem_is_held(const shmsem_permit* p) {
+  if (!p) return null_argument("shmsem_is_held", "p");
+  return p->permit.is_held() ? 1 : 0;
+}
+
+uint64_t shmsem_permit_id(const shmsem_permit* p) {
+  return p ? p->permit.id() : 0;
+}
+
+int shmsem_permit_weight(const shmsem_permit* p) {
+  if (!p) return null_argument("shmsem_permit_weight", "p");
+  return p->permit.weight();
+}
+
+int64_t shmsem_capacity(const shmsem_sem* s) {
+  if (!s) return null_argument("shmsem_capacity", "s");
+  return s->sem.capacity();
+}
+
+int64_t shmsem_used(const shmsem_sem* s) {
+  if (!s) return null_argument("shmsem_used", "s");
+  return s->sem.used();
+}
+
+int64_t shmsem_available(const shmsem_sem* s) {
+  if (!s) return null_argument("shmsem_available", "s");
+  return s->sem.available();
+}
+
+int64_t shmsem_waiters(const shmsem_sem* s) {
+  if (!s) return null_argument("shmsem_waiters", "s");
+  return s->sem.waiters();
+}
+
+int shmsem_get_stats(const shmsem_sem* s, shmsem_stats* out) {
+  if (!s) return null_argument("shmsem_get_stats", "s");
+  if (!out) return null_argument("shmsem_get_stats", "out");
+  const std::size_t want = out->size;
+  if (want < offsetof(shmsem_stats, acquired))
+    return fail(SHMSEM_EINVAL, "shmsem: shmsem_get_stats(): out->size " + std::to_string(want) +
+                                   " is too small (set it to sizeof(shmsem_stats))");
+  return guarded([&] {
+    const shmsem::Stats st = s->sem.stats();
+    shmsem_stats v{};
+    v.acquired = st.acquired;
+    v.released = st.released;
+    v.timeouts = st.timeouts;
+    v.cancelled = st.cancelled;
+    v.shutdowns = st.shutdowns;
+    v.rejected = st.rejected;
+    v.try_failures = st.try_failures;
+    v.reaped = st.reaped;
+    v.expired = st.expired;
+    v.force_released = st.force_released;
+    v.reclaimed_seats = st.reclaimed_seats;
+    v.recoveries = st.recoveries;
+    // A newer caller's struct: the fields this library does not know read 0.
+    const std::size_t n = std::min(want, sizeof v);
+    v.size = static_cast<std::uint32_t>(want);
+    std::memcpy(out, &v, n);
+    if (want > n) std::memset(reinterpret_cast<unsigned char*>(out) + n, 0, want - n);
+    return SHMSEM_OK;
+  });
+}
+
+int shmsem_holders(const shmsem_sem* s, shmsem_holder* out, size_t max, size_t elem_size) {
+  if (!s) return null_argument("shmsem_holders", "s");
+  if (max > 0 && !out) return null_argument("shmsem_holders", "out");
+  if (max > 0 && elem_size < offsetof(shmsem_holder, state))
+    return fail(SHMSEM_EINVAL, "shmsem: shmsem_holders(): elem_size " + std::to_string(elem_size) +
+                                   " is too small (pass sizeof(shmsem_holder))");
+  return guarded([&] {
+    const auto all = s->sem.holders();
+    auto ns = [](std::chrono::steady_clock::time_point t) -> std::int64_t {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    for (std::size_t i = 0; i < all.size() && i < max; ++i) {
+      const shmsem::Holder& h = all[i];
+      shmsem_holder v{};
+      v.pid = h.pid;
+      v.weight = h.weight;
+      v.permit_id = h.permit_id;
+      v.acquired_ns = ns(h.acquired_at);
+      v.expires_ns = h.expires_at ? ns(*h.expires_at) : 0;
+      v.state = h.state == shmsem::HolderState::alive  ? SHMSEM_HOLDER_ALIVE
+                : h.state == shmsem::HolderState::dead ? SHMSEM_HOLDER_DEAD
+                                                       : SHMSEM_HOLDER_EXPIRED;
+      v.foreign_namespace = h.foreign_namespace ? 1 : 0;
+      auto* dst = reinterpret_cast<unsigned char*>(out) + i * elem_size;
+      const std::size_t n = std::min(elem_size, sizeof v);
+      std::memcpy(dst, &v, n);
+      if (elem_size > n) std::memset(dst + n, 0, elem_size - n);
+    }
+    return static_cast<int>(all.size());
+  });
+}
+
+int shmsem_set_capacity(shmsem_sem* s, uint32_t permits) {
+  if (!s) return null_argument("shmsem_set_capacity", "s");
+  if (permits > static_cast<std::uint32_t>(shmsem::kMaxCapacity))
+    return fail(SHMSEM_EINVAL, "shmsem: set_capacity() of " + key_of(shmsem_key(s)) + " needs 1.." +
+                                   std::to_string(shmsem::kMaxCapacity) + ", got " +
+                                   std::to_string(permits));
+  return guarded([&] {
+    s->sem.set_capacity(static_cast<int>(permits));
+    return SHMSEM_OK;
+  });
+}
+
+int shmsem_force_release_all(shmsem_sem* s) {
+  if (!s) return null_argument("shmsem_force_release_all", "s");
+  return guarded([&] { return s->sem.force_release_all(); });
+}
+
+int shmsem_reap(shmsem_sem* s) {
+  if (!s) return null_argument("shmsem_reap", "s");
+  return guarded([&] { return s->sem.reap(); });
+}
+
+int shmsem_wait_idle(shmsem_sem* s, int64_t timeout_ms) {
+  if (!s) return null_argument("shmsem_wait_idle", "s");
+  if (timeout_ms > shmsem::kMaxDuration.count()) timeout_ms = shmsem::kMaxDuration.count();
+  return guarded([&] { return s->sem.wait_idle(milliseconds(timeout_ms)) ? 1 : 0; });
+}
+
+int shmsem_shutdown(shmsem_sem* s) {
+  if (!s) return null_argument("shmsem_shutdown", "s");
+  return guarded([&] {
+    s->sem.shutdown();
+    return SHMSEM_OK;
+  });
+}
+
+void shmsem_shutdown_all(void) {
+  guarded([] {
+    shmsem::shutdown_all();
+    return SHMSEM_OK;
+  });
+}
+
+int shmsem_set_log_handler(shmsem_log_fn fn, void* ctx, int min_level) {
+  return guarded([&] {
+    if (!fn) {
+      shmsem::set_logger(nullptr);
+      return SHMSEM_OK;
+    }
+    auto logger =
+        std::make_shared<spdlog::logger>("shmsem", std::make_shared<callback_sink>(fn, ctx));
+    logger->set_level(min_level <= SHMSEM_LOG_DEBUG  ? spdlog::level::debug
+                      : min_level == SHMSEM_LOG_INFO ? spdlog::level::info
+                      : min_level == SHMSEM_LOG_WARN ? spdlog::level::warn
+                                                     : spdlog::level::err);
+    shmsem::set_logger(std::move(logger));
+    return SHMSEM_OK;
+  });
+}
+
+}  // extern "C"

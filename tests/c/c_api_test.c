@@ -1,0 +1,612 @@
+/* c_api_test.c: the C ABI as a C11 program uses it, across processes.
+ * Built with -std=c11 -Wall -Wextra -Werror, so the header is checked as
+ * strict C too. Each test uses its own key; processes are synchronised with
+ * pipes, never sleeps (the one sleep waits for a TTL to run out).
+ *
+ * Usage: shmsem-c-api-test [TEST-NAME]   (no name: every test)
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <shmsem/shmsem.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures;
+static const char* current;
+
+#define CHECK(cond)                                                                         \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      fprintf(stderr, "%s:%d: %s: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, \
+              current, #cond, shmsem_last_error());                                         \
+      ++failures;                                                                           \
+      return;                                                                               \
+    }                                                                                       \
+  } while (0)
+
+#define CHECK_RC(call, want)                                                                      \
+  do {                                                                                            \
+    const long long rc_ = (long long)(call);                                                      \
+    if (rc_ != (long long)(want)) {                                                               \
+      fprintf(stderr, "%s:%d: %s: %s returned %lld (%s), want %lld (last error: %s)\n", __FILE__, \
+              __LINE__, current, #call, rc_, shmsem_strerror((int)rc_), (long long)(want),        \
+              shmsem_last_error());                                                               \
+      ++failures;                                                                                 \
+      return;                                                                                     \
+    }                                                                                             \
+  } while (0)
+
+static char key_buf[128];
+static const char* key(const char* name) {
+  snprintf(key_buf, sizeof key_buf, "ctest.capi.%ld.%s", (long)getpid(), name);
+  return key_buf;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Reads one byte from fd; -1 on EOF or error. */
+static int read_byte(int fd) {
+  unsigned char c;
+  ssize_t r;
+  do r = read(fd, &c, 1);
+  while (r < 0 && errno == EINTR);
+  return r == 1 ? c : -1;
+}
+
+static void write_byte(int fd, unsigned char c) {
+  ssize_t r;
+  do r = write(fd, &c, 1);
+  while (r < 0 && errno == EINTR);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void codes_have_names(void) {
+  const int codes[] = {SHMSEM_OK,       SHMSEM_ETIMEDOUT, SHMSEM_EUNAVAILABLE, SHMSEM_ENOTHELD,
+                       SHMSEM_EINVAL,   SHMSEM_ESEGMENT,  SHMSEM_ECANCELED,    SHMSEM_ESHUTDOWN,
+                       SHMSEM_EEXCEEDS, SHMSEM_EEXTEND,   SHMSEM_EUNKNOWN,     SHMSEM_ENOMEM,
+                       SHMSEM_ENOENT};
+  const size_t n = sizeof codes / sizeof codes[0];
+  CHECK(SHMSEM_OK == 0);
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(codes[i] <= 0);
+    CHECK(strncmp(shmsem_strerror(codes[i]), "SHMSEM_", 7) == 0);
+    for (size_t j = 0; j < i; ++j) CHECK(codes[i] != codes[j]);
+  }
+  CHECK(strcmp(shmsem_strerror(12345), "unknown code") == 0);
+  CHECK(strstr(shmsem_strerror(SHMSEM_ETIMEDOUT), "ETIMEDOUT") != NULL);
+  CHECK(shmsem_version()[0] >= '0' && shmsem_version()[0] <= '9');
+}
+
+static void bad_arguments_give_einval_and_a_message(void) {
+  shmsem_sem* s = (shmsem_sem*)1;
+  CHECK_RC(shmsem_open(NULL, 1, &s), SHMSEM_EINVAL);
+  CHECK(s == NULL);
+  CHECK_RC(shmsem_open("", 1, &s), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "key") != NULL);
+  char long_key[300];
+  memset(long_key, 'k', sizeof long_key - 1);
+  long_key[sizeof long_key - 1] = '\0';
+  CHECK_RC(shmsem_open(long_key, 1, &s), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_open(key("bad"), 0, &s), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), key("bad")) != NULL);
+  CHECK_RC(shmsem_open(key("bad"), 2000000, &s), SHMSEM_EINVAL);
+  CHECK(s == NULL);
+
+  CHECK_RC(shmsem_open(key("bad"), 2, &s), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  o.n = 0;
+  CHECK_RC(shmsem_acquire(s, &o, &p), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), key("bad")) != NULL);
+  CHECK_RC(shmsem_try_acquire(s, 0, &p), SHMSEM_EINVAL);
+  o.n = 1;
+  o.ttl_ms = -5;
+  CHECK_RC(shmsem_acquire(s, &o, &p), SHMSEM_EINVAL);
+  o.ttl_ms = 0;
+  o.size = 4; /* smaller than any version of the struct */
+  CHECK_RC(shmsem_acquire(s, &o, &p), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "size") != NULL);
+  CHECK(p == NULL);
+  CHECK_RC(shmsem_acquire(NULL, NULL, &p), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_release(NULL), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_used(NULL), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_set_capacity(s, 0), SHMSEM_EINVAL);
+  shmsem_close(NULL);
+  shmsem_close(s);
+  CHECK_RC(shmsem_remove(key("bad")), 1);
+}
+
+static void last_error_is_per_thread_and_kept_until_the_next_failure(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open("", 1, &s), SHMSEM_EINVAL);
+  char before[512];
+  snprintf(before, sizeof before, "%s", shmsem_last_error());
+  CHECK(before[0] != '\0');
+  CHECK_RC(shmsem_open(key("lasterr"), 1, &s), SHMSEM_OK);
+  CHECK(strcmp(shmsem_last_error(), before) == 0); /* a success leaves it */
+  shmsem_close(s);
+  shmsem_remove(key("lasterr"));
+}
+
+static void* other_thread_last_error(void* arg) {
+  (void)arg;
+  return (void*)(shmsem_last_error()[0] == '\0' ? "empty" : "set");
+}
+
+static void last_error_of_another_thread_is_its_own(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open("", 1, &s), SHMSEM_EINVAL);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, other_thread_last_error, NULL) == 0);
+  void* r = NULL;
+  pthread_join(t, &r);
+  CHECK(strcmp((const char*)r, "empty") == 0);
+}
+
+static void acquire_try_acquire_and_figures(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("basic"), 3, &s), SHMSEM_OK);
+  CHECK(strcmp(shmsem_key(s), key("basic")) == 0);
+  CHECK_RC(shmsem_capacity(s), 3);
+  CHECK_RC(shmsem_used(s), 0);
+
+  shmsem_permit* two = NULL;
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  o.n = 2;
+  CHECK_RC(shmsem_acquire(s, &o, &two), SHMSEM_OK);
+  CHECK(two != NULL);
+  CHECK_RC(shmsem_permit_weight(two), 2);
+  CHECK(shmsem_permit_id(two) != 0);
+  CHECK_RC(shmsem_is_held(two), 1);
+  CHECK_RC(shmsem_used(s), 2);
+  CHECK_RC(shmsem_available(s), 1);
+  CHECK_RC(shmsem_waiters(s), 0);
+
+  shmsem_permit* p = (shmsem_permit*)1;
+  CHECK_RC(shmsem_try_acquire(s, 2, &p), SHMSEM_EUNAVAILABLE);
+  CHECK(p == NULL);
+  CHECK(strstr(shmsem_last_error(), key("basic")) != NULL);
+  CHECK_RC(shmsem_try_acquire(s, 4, &p), SHMSEM_EUNAVAILABLE); /* n > capacity */
+  o.n = 4;
+  CHECK_RC(shmsem_acquire(s, &o, &p), SHMSEM_EEXCEEDS);
+  o.n = 2;
+  o.wait_timeout_ms = 0;
+  CHECK_RC(shmsem_acquire(s, &o, &p), SHMSEM_ETIMEDOUT);
+  o.wait_timeout_ms = 30;
+  const double t0 = now_ms();
+  CHECK_RC(shmsem_acquire(s, &o, &p), SHMSEM_ETIMEDOUT);
+  CHECK(now_ms() - t0 >= 25);
+
+  shmsem_permit* one = NULL;
+  CHECK_RC(shmsem_try_acquire(s, 1, &one), SHMSEM_OK);
+  CHECK(shmsem_permit_id(one) != shmsem_permit_id(two));
+  CHECK_RC(shmsem_used(s), 3);
+  CHECK_RC(shmsem_release(one), SHMSEM_OK);
+  CHECK_RC(shmsem_acquire(s, NULL, &one), SHMSEM_OK); /* NULL options: one seat */
+  CHECK_RC(shmsem_permit_weight(one), 1);
+  CHECK_RC(shmsem_release(one), SHMSEM_OK);
+  CHECK_RC(shmsem_release(two), SHMSEM_OK);
+  CHECK_RC(shmsem_used(s), 0);
+
+  shmsem_stats st = SHMSEM_STATS_INIT;
+  CHECK_RC(shmsem_get_stats(s, &st), SHMSEM_OK);
+  CHECK(st.acquired == 3 && st.released == 3);
+  CHECK(st.try_failures == 2 && st.timeouts == 2 && st.rejected == 1);
+  shmsem_close(s);
+  CHECK_RC(shmsem_remove(key("basic")), 1);
+  CHECK_RC(shmsem_remove(key("basic")), 0);
+}
+
+static void permits_outlive_their_handle(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("outlive"), 1, &s), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_OK);
+  shmsem_close(s);
+  CHECK_RC(shmsem_is_held(p), 1);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  CHECK_RC(shmsem_open(key("outlive"), 1, &s), SHMSEM_OK);
+  CHECK_RC(shmsem_used(s), 0);
+  shmsem_close(s);
+  shmsem_remove(key("outlive"));
+}
+
+static void ttl_extend_and_lost_seats(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("ttl"), 1, &s), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  o.ttl_ms = 60000;
+  CHECK_RC(shmsem_acquire(s, &o, &p), SHMSEM_OK);
+  shmsem_holder h[4];
+  CHECK_RC(shmsem_holders(s, h, 4, sizeof h[0]), 1);
+  CHECK(h[0].pid == getpid() && h[0].weight == 1 && h[0].permit_id == shmsem_permit_id(p));
+  CHECK(h[0].expires_ns > h[0].acquired_ns && h[0].state == SHMSEM_HOLDER_ALIVE);
+  CHECK_RC(shmsem_holders(s, NULL, 0, 0), 1); /* just the count */
+  CHECK_RC(shmsem_holders(s, h, 4, 8), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_extend(p, 30), SHMSEM_OK); /* shortened: lapses in 30 ms */
+  CHECK_RC(shmsem_extend(p, 0), SHMSEM_EINVAL);
+  const struct timespec nap = {0, 150 * 1000 * 1000};
+  nanosleep(&nap, NULL);
+  CHECK_RC(shmsem_is_held(p), 0);
+  CHECK_RC(shmsem_extend(p, 1000), SHMSEM_EEXTEND);
+  CHECK(strstr(shmsem_last_error(), key("ttl")) != NULL);
+  CHECK_RC(shmsem_release(p), SHMSEM_ENOTHELD); /* and p is freed */
+  CHECK(strstr(shmsem_last_error(), "TTL ran out") != NULL);
+  CHECK_RC(shmsem_used(s), 0);
+  shmsem_close(s);
+  shmsem_remove(key("ttl"));
+}
+
+static void open_options_default_ttl_and_nocreate(void) {
+  shmsem_sem* s = NULL;
+  shmsem_open_options oo = SHMSEM_OPEN_OPTIONS_INIT;
+  oo.flags = SHMSEM_OPEN_NOCREATE;
+  CHECK_RC(shmsem_open_ex(key("openex"), 0, &oo, &s), SHMSEM_ENOENT);
+  CHECK(s == NULL);
+  oo.flags = 0;
+  oo.default_ttl_ms = 60000;
+  CHECK_RC(shmsem_open_ex(key("openex"), 2, &oo, &s), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_OK);
+  shmsem_holder h;
+  CHECK_RC(shmsem_holders(s, &h, 1, sizeof h), 1);
+  CHECK(h.expires_ns != 0); /* the handle's default TTL */
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT; /* ttl_ms 0: none, default or not */
+  CHECK_RC(shmsem_acquire(s, &o, &p), SHMSEM_OK);
+  CHECK_RC(shmsem_holders(s, &h, 1, sizeof h), 1);
+  CHECK(h.expires_ns == 0);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+
+  /* An attach with NOCREATE sees the same seats. */
+  shmsem_sem* t = NULL;
+  oo = (shmsem_open_options)SHMSEM_OPEN_OPTIONS_INIT;
+  oo.flags = SHMSEM_OPEN_NOCREATE;
+  CHECK_RC(shmsem_open_ex(key("openex"), 0, &oo, &t), SHMSEM_OK);
+  CHECK_RC(shmsem_capacity(t), 2);
+  shmsem_close(t);
+
+  /* A newer caller's longer struct: unknown zero bytes pass, others do not. */
+  struct {
+    shmsem_open_options known;
+    uint64_t later_field;
+  } newer = {SHMSEM_OPEN_OPTIONS_INIT, 0};
+  newer.known.size = sizeof newer;
+  CHECK_RC(shmsem_open_ex(key("openex"), 2, &newer.known, &t), SHMSEM_OK);
+  shmsem_close(t);
+  newer.later_field = 7;
+  CHECK_RC(shmsem_open_ex(key("openex"), 2, &newer.known, &t), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "does not know") != NULL);
+  oo = (shmsem_open_options)SHMSEM_OPEN_OPTIONS_INIT;
+  oo.flags = 0x80;
+  CHECK_RC(shmsem_open_ex(key("openex"), 2, &oo, &t), SHMSEM_EINVAL);
+  shmsem_close(s);
+  shmsem_remove(key("openex"));
+}
+
+static void force_release_all_reports_displaced_permits(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("force"), 2, &s), SHMSEM_OK);
+  shmsem_permit *a = NULL, *b = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &a), SHMSEM_OK);
+  CHECK_RC(shmsem_acquire(s, NULL, &b), SHMSEM_OK);
+  CHECK_RC(shmsem_force_release_all(s), 2);
+  CHECK_RC(shmsem_used(s), 0);
+  CHECK_RC(shmsem_is_held(a), 0);
+  CHECK_RC(shmsem_release(a), SHMSEM_ENOTHELD);
+  CHECK_RC(shmsem_release(b), SHMSEM_ENOTHELD);
+  CHECK_RC(shmsem_force_release_all(s), 0);
+  shmsem_close(s);
+  shmsem_remove(key("force"));
+}
+
+static void set_capacity_grows_and_shrinks(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("resize"), 1, &s), SHMSEM_OK);
+  shmsem_permit *a = NULL, *b = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &a), SHMSEM_OK);
+  CHECK_RC(shmsem_try_acquire(s, 1, &b), SHMSEM_EUNAVAILABLE);
+  CHECK_RC(shmsem_set_capacity(s, 2), SHMSEM_OK);
+  CHECK_RC(shmsem_capacity(s), 2);
+  CHECK_RC(shmsem_try_acquire(s, 1, &b), SHMSEM_OK);
+  CHECK_RC(shmsem_set_capacity(s, 1), SHMSEM_OK);
+  CHECK_RC(shmsem_used(s), 2); /* a shrink takes no seat away */
+  CHECK_RC(shmsem_available(s), 0);
+  CHECK_RC(shmsem_release(a), SHMSEM_OK);
+  CHECK_RC(shmsem_release(b), SHMSEM_OK);
+  shmsem_close(s);
+  shmsem_remove(key("resize"));
+}
+
+struct blocked_acquire {
+  shmsem_sem* s;
+  shmsem_cancel_token* token;
+  int rc;
+  shmsem_permit* p;
+};
+
+static void* acquire_in_thread(void* arg) {
+  struct blocked_acquire* b = arg;
+  b->rc = shmsem_acquire_cancellable(b->s, NULL, b->token, &b->p);
+  return NULL;
+}
+
+/* Waits (briefly polling a lock-free figure) until the semaphore has `n` waiters. */
+static int await_waiters(shmsem_sem* s, int n) {
+  const double deadline = now_ms() + 10000;
+  while (shmsem_waiters(s) != n) {
+    if (now_ms() > deadline) return 0;
+    const struct timespec nap = {0, 1000 * 1000};
+    nanosleep(&nap, NULL);
+  }
+  return 1;
+}
+
+static void cancel_token_ends_a_blocked_acquire(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("cancel"), 1, &s), SHMSEM_OK);
+  shmsem_permit* held = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &held), SHMSEM_OK);
+  struct blocked_acquire b = {s, NULL, 1, NULL};
+  CHECK_RC(shmsem_cancel_token_new(&b.token), SHMSEM_OK);
+  CHECK_RC(shmsem_cancel_token_cancelled(b.token), 0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, acquire_in_thread, &b) == 0);
+  CHECK(await_waiters(s, 1));
+  const double t0 = now_ms();
+  CHECK_RC(shmsem_cancel(b.token), SHMSEM_OK);
+  pthread_join(t, NULL);
+  printf("c_api_test: a cancelled acquire returned %.2f ms after shmsem_cancel\n", now_ms() - t0);
+  CHECK_RC(b.rc, SHMSEM_ECANCELED);
+  CHECK(b.p == NULL);
+  CHECK_RC(shmsem_waiters(s), 0);
+  CHECK_RC(shmsem_used(s), 1);
+
+  /* Cancelled before the call: fails at once, even with a free seat. */
+  CHECK_RC(shmsem_release(held), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire_cancellable(s, NULL, b.token, &p), SHMSEM_ECANCELED);
+  CHECK_RC(shmsem_cancel_token_reset(b.token), SHMSEM_OK);
+  CHECK_RC(shmsem_acquire_cancellable(s, NULL, b.token, &p), SHMSEM_OK);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  shmsem_stats st = SHMSEM_STATS_INIT;
+  CHECK_RC(shmsem_get_stats(s, &st), SHMSEM_OK);
+  CHECK(st.cancelled == 1);
+  shmsem_cancel_token_free(b.token);
+  shmsem_close(s);
+  shmsem_remove(key("cancel"));
+}
+
+static void shutdown_ends_acquires(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("shutdown"), 1, &s), SHMSEM_OK);
+  shmsem_permit* held = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &held), SHMSEM_OK);
+  struct blocked_acquire b = {s, NULL, 1, NULL};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, acquire_in_thread, &b) == 0);
+  CHECK(await_waiters(s, 1));
+  CHECK_RC(shmsem_shutdown(s), SHMSEM_OK);
+  pthread_join(t, NULL);
+  CHECK_RC(b.rc, SHMSEM_ESHUTDOWN);
+  CHECK_RC(shmsem_is_held(held), 1); /* shutdown does not release */
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_ESHUTDOWN);
+  CHECK_RC(shmsem_release(held), SHMSEM_OK);
+  shmsem_close(s);
+  shmsem_remove(key("shutdown"));
+}
+
+static void wait_idle_reports_idle_or_timeout(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("idle"), 1, &s), SHMSEM_OK);
+  CHECK_RC(shmsem_wait_idle(s, 0), 1);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_OK);
+  CHECK_RC(shmsem_wait_idle(s, 20), 0);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  CHECK_RC(shmsem_wait_idle(s, 1000), 1);
+  shmsem_close(s);
+  shmsem_remove(key("idle"));
+}
+
+struct log_capture {
+  int lines;
+  int level;
+  char last[512];
+};
+
+static void capture_log(int level, const char* message, void* ctx) {
+  struct log_capture* c = ctx;
+  ++c->lines;
+  c->level = level;
+  snprintf(c->last, sizeof c->last, "%s", message);
+}
+
+static void log_lines_reach_the_handler(void) {
+  struct log_capture c = {0, 0, ""};
+  CHECK_RC(shmsem_set_log_handler(capture_log, &c, SHMSEM_LOG_WARN), SHMSEM_OK);
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("log"), 1, &s), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_OK);
+  CHECK_RC(shmsem_force_release_all(s), 1);
+  shmsem_set_log_handler(NULL, NULL, 0);
+  CHECK(c.lines >= 1);
+  CHECK(c.level == SHMSEM_LOG_WARN);
+  CHECK(strstr(c.last, key("log")) != NULL);
+  CHECK_RC(shmsem_release(p), SHMSEM_ENOTHELD);
+  shmsem_close(s);
+  shmsem_remove(key("log"));
+}
+
+/* A holder in another process is SIGKILLed while it holds the only seat;
+ * a waiter here gets the seat back. The child uses the handle it inherited
+ * across fork(). */
+static void seat_of_a_killed_holder_comes_back(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("kill"), 1, &s), SHMSEM_OK);
+  int up[2];
+  CHECK(pipe(up) == 0);
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    close(up[0]);
+    shmsem_permit* p = NULL;
+    if (shmsem_acquire(s, NULL, &p) != SHMSEM_OK) _exit(3);
+    write_byte(up[1], 'H');
+    for (;;) pause();
+  }
+  close(up[1]);
+  CHECK(read_byte(up[0]) == 'H');
+  close(up[0]);
+  CHECK_RC(shmsem_used(s), 1);
+  shmsem_holder h;
+  CHECK_RC(shmsem_holders(s, &h, 1, sizeof h), 1);
+  CHECK(h.pid == child && h.state == SHMSEM_HOLDER_ALIVE);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_try_acquire(s, 1, &p), SHMSEM_EUNAVAILABLE);
+
+  const double t0 = now_ms();
+  kill(child, SIGKILL); /* not reaped by waitpid yet: a zombie is dead too */
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  o.wait_timeout_ms = 10000;
+  const int rc = shmsem_acquire(s, &o, &p);
+  const double took = now_ms() - t0;
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK_RC(rc, SHMSEM_OK);
+  printf("c_api_test: the seat of a SIGKILLed holder came back in %.1f ms\n", took);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  shmsem_stats st = SHMSEM_STATS_INIT;
+  CHECK_RC(shmsem_get_stats(s, &st), SHMSEM_OK);
+  CHECK(st.reaped == 1 && st.reclaimed_seats == 1);
+  CHECK_RC(shmsem_reap(s), 0);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  shmsem_close(s);
+  shmsem_remove(key("kill"));
+}
+
+/* A waiter in another process (a child that opens its own handle) is woken
+ * by a release here; its exit status reports what it got. */
+static void waiter_in_another_process_gets_the_released_seat(void) {
+  char k[128]; /* key() names keys after the calling process: fix it before fork */
+  snprintf(k, sizeof k, "%s", key("handoff"));
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(k, 2, &s), SHMSEM_OK);
+  shmsem_permit* mine = NULL;
+  shmsem_acquire_options two = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  two.n = 2;
+  CHECK_RC(shmsem_acquire(s, &two, &mine), SHMSEM_OK);
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    shmsem_sem* c = NULL;
+    if (shmsem_open(k, 2, &c) != SHMSEM_OK) _exit(2);
+    shmsem_permit* p = NULL;
+    shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+    o.wait_timeout_ms = 20000;
+    if (shmsem_acquire(c, &o, &p) != SHMSEM_OK) _exit(3);
+    if (shmsem_release(p) != SHMSEM_OK) _exit(4);
+    shmsem_close(c);
+    _exit(0);
+  }
+  CHECK(await_waiters(s, 1));
+  CHECK_RC(shmsem_release(mine), SHMSEM_OK);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK_RC(WEXITSTATUS(status), 0);
+  CHECK_RC(shmsem_used(s), 0);
+  shmsem_close(s);
+  shmsem_remove(k);
+}
+
+/* A permit inherited across fork() belongs to the parent. */
+static void inherited_permit_is_not_released_by_the_child(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("forkpermit"), 1, &s), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_OK);
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) _exit(shmsem_release(p) == SHMSEM_ENOTHELD ? 0 : 1);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_RC(shmsem_is_held(p), 1);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  shmsem_close(s);
+  shmsem_remove(key("forkpermit"));
+}
+
+static void remove_if_unused_keeps_a_semaphore_in_use(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("unused"), 1, &s), SHMSEM_OK);
+  CHECK_RC(shmsem_remove_if_unused(key("unused")), 0);
+  shmsem_close(s);
+  CHECK_RC(shmsem_remove_if_unused(key("unused")), 1);
+  CHECK_RC(shmsem_remove(key("unused")), 0);
+  CHECK_RC(shmsem_remove(""), SHMSEM_EINVAL);
+}
+
+struct test {
+  const char* name;
+  void (*fn)(void);
+};
+
+int main(int argc, char** argv) {
+  const struct test tests[] = {
+      {"codes_have_names", codes_have_names},
+      {"bad_arguments_give_einval_and_a_message", bad_arguments_give_einval_and_a_message},
+      {"last_error_is_per_thread_and_kept_until_the_next_failure",
+       last_error_is_per_thread_and_kept_until_the_next_failure},
+      {"last_error_of_another_thread_is_its_own", last_error_of_another_thread_is_its_own},
+      {"acquire_try_acquire_and_figures", acquire_try_acquire_and_figures},
+      {"permits_outlive_their_handle", permits_outlive_their_handle},
+      {"ttl_extend_and_lost_seats", ttl_extend_and_lost_seats},
+      {"open_options_default_ttl_and_nocreate", open_options_default_ttl_and_nocreate},
+      {"force_release_all_reports_displaced_permits", force_release_all_reports_displaced_permits},
+      {"set_capacity_grows_and_shrinks", set_capacity_grows_and_shrinks},
+      {"cancel_token_ends_a_blocked_acquire", cancel_token_ends_a_blocked_acquire},
+      {"shutdown_ends_acquires", shutdown_ends_acquires},
+      {"wait_idle_reports_idle_or_timeout", wait_idle_reports_idle_or_timeout},
+      {"log_lines_reach_the_handler", log_lines_reach_the_handler},
+      {"seat_of_a_killed_holder_comes_back", seat_of_a_killed_holder_comes_back},
+      {"waiter_in_another_process_gets_the_released_seat",
+       waiter_in_another_process_gets_the_released_seat},
+      {"inherited_permit_is_not_released_by_the_child",
+       inherited_permit_is_not_released_by_the_child},
+      {"remove_if_unused_keeps_a_semaphore_in_use", remove_if_unused_keeps_a_semaphore_in_use},
+  };
+  const size_t n = sizeof tests / sizeof tests[0];
+  int ran = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (argc > 1 && strcmp(argv[1], tests[i].name) != 0) continue;
+    current = tests[i].name;
+    const int before = failures;
+    tests[i].fn();
+    printf("%s %s\n", failures == before ? "ok  " : "FAIL", tests[i].name);
+    ++ran;
+  }
+  if (ran == 0) {
+    fprintf(stderr, "no test named %s\n", argc > 1 ? argv[1] : "?");
+    return 2;
+  }
+  return failures == 0 ? 0 : 1;
+}
