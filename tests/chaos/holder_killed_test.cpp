@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "fault_util.hpp"
@@ -77,17 +79,28 @@ TEST(HolderKilled, ZombieHolderNotYetWaitedForIsDead) {
   Semaphore sem = Semaphore::open(key, 1);
   test::seat_holder holder(key.str(), 1, 1);
   ::kill(holder.proc.pid(), SIGKILL);  // not waited for: it stays a zombie
-  ASSERT_TRUE(test::eventually([&] {
-    char state = 0;
-    if (FILE* f =
-            std::fopen(("/proc/" + std::to_string(holder.proc.pid()) + "/stat").c_str(), "r")) {
-      char buf[512] = {};
-      std::fread(buf, 1, sizeof buf - 1, f);
-      std::fclose(f);
-      if (const char* rp = std::strrchr(buf, ')')) state = rp[2];
-    }
-    return state == 'Z';
-  })) << "the child never became a zombie";
+  // The leader shows 'Z' as soon as its own thread has exited, while the
+  // holder's other threads (the lifeline keeper among them) may still be on
+  // their way out, their robust futexes not yet released. The process is
+  // wholly dead once the leader is the only thread left.
+  const std::string proc = "/proc/" + std::to_string(holder.proc.pid());
+  ASSERT_TRUE(test::eventually(
+      [&] {
+        char state = 0;
+        if (FILE* f = std::fopen((proc + "/stat").c_str(), "r")) {
+          char buf[512] = {};
+          std::fread(buf, 1, sizeof buf - 1, f);
+          std::fclose(f);
+          if (const char* rp = std::strrchr(buf, ')')) state = rp[2];
+        }
+        std::ifstream status(proc + "/status");
+        int threads = 0;
+        for (std::string line; std::getline(status, line);)
+          if (line.rfind("Threads:", 0) == 0) threads = std::stoi(line.substr(8));
+        return state == 'Z' && threads == 1;
+      },
+      std::chrono::seconds(30)))
+      << "the child never became a zombie with no other thread";
   EXPECT_EQ(sem.reap(), 1);
   EXPECT_EQ(sem.used(), 0);
   EXPECT_EQ(holder.proc.wait(), 128 + SIGKILL);

@@ -106,17 +106,23 @@ TEST(Bounded, CallsWithTheSameConvertedArgumentShareTheirSeat) {
   unique_key base;
   test::key_remover cleanup({base.str() + ":3", base.str() + ":3.2"});
   int inner_ran = 0;
-  std::function<void(int)> body;
+  int depth = 0;
+  std::function<bool(double)> call;
   auto f = bounded({.key = base.str() + ":{0}",
                     .permits = 1,
                     .wait_timeout = 0ms,
                     .on_unavailable = OnUnavailable::skip},
-                   [&](int id) { body(id); });
-  // While f(3) holds id 3's only seat, f(3.2) is a call for id 3 too.
-  body = [&](int) {
-    body = [&](int) { ++inner_ran; };
-    EXPECT_FALSE(f(3.2)) << "a second call for id 3 ran beside the first under permits = 1";
-  };
+                   [&](int) {
+                     // While f(3) holds id 3's only seat, f(3.2) is a call
+                     // for id 3 too.
+                     if (depth++ > 0) {
+                       ++inner_ran;
+                       return;
+                     }
+                     EXPECT_FALSE(call(3.2))
+                         << "a second call for id 3 ran beside the first under permits = 1";
+                   });
+  call = [&](double id) { return f(id); };
   EXPECT_TRUE(f(3));
   EXPECT_EQ(inner_ran, 0);
 }

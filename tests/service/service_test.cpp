@@ -20,7 +20,7 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 // Counts this thread's heap allocations, to check the cache-hit claim.
-// malloc/free back both operator new and delete, so they do match.
+// malloc/free back every operator new and delete, so they do match.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 namespace {
 thread_local long t_allocations = 0;
@@ -35,6 +35,22 @@ void* operator new[](std::size_t n) {
   ++t_allocations;
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
+}
+// The nothrow forms too: the library allocates its per-thread table with
+// one, and what they return reaches the operator delete replaced here.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  ++t_allocations;
+  return std::malloc(n ? n : 1);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  ++t_allocations;
+  return std::malloc(n ? n : 1);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
 }
 void operator delete(void* p) noexcept {
   std::free(p);
