@@ -102,8 +102,24 @@ std::unique_ptr<segment_copy> read_copy(const std::string& name, const std::stri
   if ((err = file->stat(now)) != 0) throw_segment_errno(path, "cannot stat", err);
   bool key_mismatch = false;
   const auto p =
-      layout::validate(c->header.get(), static_cast<std::uint64_t>(now.st_size), &key_mismatch,
-                       key ? key->data() : nullptr, key ? key->size() : 0);
+      now.st_size == 0
+          ? layout::problem::uninitialized
+          : layout::validate(c->header.get(), static_cast<std::uint64_t>(now.st_size),
+                             &key_mismatch, key ? key->data() : nullptr, key ? key->size() : 0);
+  if (p == layout::problem::uninitialized || p == layout::problem::initializing) {
+    // Whoever creates or repairs a segment holds its init lock meanwhile;
+    // a file nobody is initializing was left unfinished by a dead creator,
+    // and attach() calls it not found: the same here.
+    if (file->locked_by_other(layout::kInitLockByte))
+      throw SegmentError(make_error_code(errc::busy),
+                         "shmsem: " + path +
+                             " is being initialized by another process (or one stopped while "
+                             "doing so)");
+    throw SegmentError(
+        make_error_code(errc::not_found),
+        "shmsem: " + path +
+            " was never fully initialized; open it with a capacity to initialize it");
+  }
   if (key_mismatch)
     throw SegmentError(make_error_code(errc::bad_segment),
                        "shmsem: " + path + " holds another key, not '" + *key + "'");

@@ -98,8 +98,10 @@ class SHMSEM_API Semaphore {
   /// it). It runs no trust check: owner.trusted says what open() would
   /// decide with `options`, and a reader should present the contents of an
   /// untrusted segment as claims of its owner. Throws SegmentError as
-  /// attach() does (not_found, permission_denied, bad_segment, ...) and
-  /// std::invalid_argument for a bad key. Does not block.
+  /// attach() does (not_found, also for a file never fully initialized;
+  /// permission_denied, bad_segment, ...), errc::busy at once while another
+  /// process initializes it, and std::invalid_argument for a bad key. Does
+  /// not block.
   static Snapshot inspect(std::string_view key, const Options& options = {});
 
   /// The owner and mode of the segment for `key`, read with lstat, so it
