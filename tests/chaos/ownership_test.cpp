@@ -12,9 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
+#include "layout.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {
@@ -34,6 +37,31 @@ bool become(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
 std::string contents(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+template <class T>
+T read_at(const std::string& bytes, std::size_t offset) {
+  T v{};
+  if (offset + sizeof v <= bytes.size()) std::memcpy(&v, bytes.data() + offset, sizeof v);
+  return v;
+}
+
+// Whether every attached holder of the segment at `path` has armed its
+// lifeline. A process's lifeline thread does that after attach() returns,
+// and so writes to the segment then, whoever else reads it.
+bool lifelines_armed(const std::string& path) {
+  using namespace detail::layout;
+  const std::string bytes = contents(path);
+  const auto slots = read_at<std::uint32_t>(bytes, offsetof(segment_header, holder_slots));
+  if (slots == 0) return false;
+  for (std::uint32_t i = 0; i < slots; ++i) {
+    const std::size_t record = kHoldersOffset + i * sizeof(holder_record);
+    if (read_at<std::uint32_t>(bytes, record + offsetof(holder_record, state)) == kHolderAttached &&
+        read_at<std::uint32_t>(bytes, record + offsetof(holder_record, lifeline_state)) !=
+            kLifelineArmed)
+      return false;
+  }
+  return true;
 }
 
 bool contains(const std::string& text, const std::string& part) {
@@ -203,6 +231,7 @@ TEST_F(Ownership, InspectReadsAnUntrustedSegmentWithoutWritingToIt) {
   });
   ASSERT_EQ(held.receive(), '.');
   const std::string path = Semaphore::segment_path(key);
+  ASSERT_TRUE(test::eventually([&] { return lifelines_armed(path); }));
   const std::string before = contents(path);
   const Snapshot s = Semaphore::inspect(key);
   EXPECT_EQ(contents(path), before) << "inspect() wrote to the segment";
