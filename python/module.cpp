@@ -33,6 +33,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace py = pybind11;
 using namespace std::chrono_literals;
@@ -156,7 +157,7 @@ void python_exiting() {
 // Errors: the C++ exceptions become the classes of shmsem/_types.py.
 
 struct error_classes {
-  py::object acquisition, timeout, not_held, extension, segment;
+  py::object acquisition, timeout, not_held, extension, segment, untrusted_owner;
 };
 error_classes* errors = nullptr;  // leaked, like the module
 
@@ -177,7 +178,7 @@ void translate(std::exception_ptr p) {
   } catch (const shmsem::ExtensionError& e) {
     raise_as(errors->extension, py::make_tuple(e.what()));
   } catch (const shmsem::SegmentError& e) {
-    raise_as(errors->segment,
+    raise_as(e.code() == shmsem::errc::untrusted_owner ? errors->untrusted_owner : errors->segment,
              py::make_tuple(e.what(), e.code().value(), std::string(e.code().category().name())));
   }
 }
@@ -194,6 +195,27 @@ decltype(auto) without_gil(F&& f) {
   } deliver;  // destroyed after `released`, so with the GIL held
   py::gil_scoped_release released;
   return f();
+}
+
+// Options::trusted_owners from an iterable of user names and uids (None:
+// none). A bare str is refused: iterating it would trust its letters.
+std::vector<std::string> owner_list(const py::object& owners) {
+  if (owners.is_none()) return {};
+  if (py::isinstance<py::str>(owners) || py::isinstance<py::bytes>(owners))
+    throw py::type_error("shmsem: trusted_owners must be a list of user names or uids, not one " +
+                         std::string(py::str(owners.get_type().attr("__name__"))));
+  std::vector<std::string> out;
+  for (const py::handle o : owners) {
+    if (py::isinstance<py::bool_>(o) ||
+        !(py::isinstance<py::str>(o) || py::isinstance<py::int_>(o)))
+      throw py::type_error("shmsem: trusted_owners holds " + std::string(py::repr(o)) +
+                           "; it takes user names (str) and uids (int)");
+    if (py::isinstance<py::int_>(o) && PyObject_RichCompareBool(o.ptr(), py::int_(0).ptr(), Py_LT))
+      throw py::value_error("shmsem: trusted_owners holds a negative uid " +
+                            std::string(py::repr(o)));
+    out.push_back(py::str(o));
+  }
+  return out;
 }
 
 std::optional<std::chrono::milliseconds> duration_ms(const py::object& seconds, const char* what,
@@ -470,9 +492,9 @@ PYBIND11_MODULE(_shmsem, m) {
   main_thread_id =
       py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   py::module_ errs = py::module_::import("shmsem._types");
-  errors = new error_classes{errs.attr("AcquisitionError"), errs.attr("AcquisitionTimeoutError"),
+  errors = new error_classes{errs.attr("AcquisitionError"),   errs.attr("AcquisitionTimeoutError"),
                              errs.attr("PermitNotHeldError"), errs.attr("ExtensionError"),
-                             errs.attr("SegmentError")};
+                             errs.attr("SegmentError"),       errs.attr("UntrustedOwnerError")};
   py::register_exception_translator(translate);
 
   // After fork(), the child's queue lock may be held by a thread that does
@@ -588,8 +610,9 @@ SIGKILL, never leaks its seats. A handle may be used from many threads, and
 works in a child after fork() (gunicorn --preload).
 )doc")
       .def(py::init([](const std::string& key, int permits, int mode, const py::object& ttl,
-                       bool auto_renew, double open_timeout) {
+                       bool auto_renew, double open_timeout, const py::object& trusted_owners) {
              shmsem::Options o;
+             o.trusted_owners = owner_list(trusted_owners);
              o.mode = static_cast<mode_t>(mode);
              o.ttl = duration_ms(ttl, "ttl", false);
              o.auto_renew = auto_renew;
@@ -602,23 +625,30 @@ works in a child after fork() (gunicorn --preload).
            }),
            py::arg("key"), py::arg("permits"), py::kw_only(), py::arg("mode") = 0600,
            py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
-           py::arg("open_timeout") = 5.0,
+           py::arg("open_timeout") = 5.0, py::arg("trusted_owners") = py::tuple(),
            R"doc(Opens (or creates with `permits` seats) the semaphore `key`.
 
 mode: of a segment this call creates (0o660 shares it with the file's group).
 ttl: default lease TTL in seconds of this handle's permits (None: no expiry).
 auto_renew: default for permits with a TTL: renew them in the background.
 open_timeout: how long to wait for another process that is creating it.
+trusted_owners: users (names or uids) whose segments to accept on purpose;
+without them only segments of this user or root are accepted (or, for a
+non-root process, one that others cannot write).
 Raises ValueError for a bad key (empty, NUL, over 255 bytes) or permits out
-of 1..1000000, SegmentError when the segment cannot be used.)doc")
+of 1..1000000, UntrustedOwnerError when the segment belongs to a user it
+does not trust, SegmentError when the segment cannot be used otherwise.)doc")
       .def_static(
           "attach",
-          [](const std::string& key) {
+          [](const std::string& key, const py::object& trusted_owners) {
+            shmsem::Options o;
+            o.trusted_owners = owner_list(trusted_owners);
             return new semaphore_object{
-                without_gil([&] { return shmsem::Semaphore::attach(key); })};
+                without_gil([&] { return shmsem::Semaphore::attach(key, o); })};
           },
-          py::arg("key"),
-          "Opens an existing semaphore without creating it; SegmentError if there is none.")
+          py::arg("key"), py::kw_only(), py::arg("trusted_owners") = py::tuple(),
+          "Opens an existing semaphore without creating it; SegmentError if there is none, "
+          "UntrustedOwnerError if it belongs to a user it does not trust (see trusted_owners).")
       .def("acquire", &semaphore_object::acquire, py::arg("n") = 1, py::arg("timeout") = py::none(),
            py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
            R"doc(Takes `n` seats, all or nothing, waiting in FIFO order; returns a Permit.

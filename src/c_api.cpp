@@ -12,6 +12,7 @@
 #include <spdlog/sinks/base_sink.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -78,6 +79,8 @@ int current_failure() noexcept {
   } catch (const shmsem::ExtensionError& e) {
     return fail(SHMSEM_EEXTEND, e.what());
   } catch (const shmsem::SegmentError& e) {
+    if (e.code() == shmsem::make_error_code(shmsem::errc::untrusted_owner))
+      return fail(SHMSEM_EUNTRUSTED, e.what());
     const bool missing = e.code() == shmsem::make_error_code(shmsem::errc::not_found);
     return fail(missing ? SHMSEM_ENOENT : SHMSEM_ESEGMENT, e.what());
   } catch (const std::invalid_argument& e) {
@@ -136,7 +139,10 @@ bool read_options(const T* in, T& out, std::size_t minimum, const char* function
   return true;
 }
 
-constexpr std::size_t kOpenOptionsV1 = sizeof(shmsem_open_options);
+// The sizes of the structs' first versions: a caller compiled against
+// that header passes them, and its missing later fields keep their defaults.
+constexpr std::size_t kOpenOptionsV1 =
+    offsetof(shmsem_open_options, open_timeout_ms) + sizeof(int64_t);
 constexpr std::size_t kAcquireOptionsV1 = sizeof(shmsem_acquire_options);
 
 int acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token* cancel,
@@ -241,6 +247,8 @@ const char* shmsem_strerror(int code) {
       return "SHMSEM_ENOMEM: out of memory";
     case SHMSEM_ENOENT:
       return "SHMSEM_ENOENT: no such semaphore";
+    case SHMSEM_EUNTRUSTED:
+      return "SHMSEM_EUNTRUSTED: the segment's owner is not trusted";
     default:
       return "unknown code";
   }
@@ -283,6 +291,10 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
   options.auto_renew = v.default_auto_renew != 0;
   if (v.open_timeout_ms >= 0) options.open_timeout = milliseconds(v.open_timeout_ms);
   return guarded([&] {
+    // Copied here: the caller's array need outlive only the call.
+    if (v.trusted_owners)
+      for (const char* const* owner = v.trusted_owners; *owner; ++owner)
+        options.trusted_owners.emplace_back(*owner);
     auto s = std::make_unique<shmsem_sem>(
         shmsem_sem{(v.flags & SHMSEM_OPEN_NOCREATE)
                        ? shmsem::Semaphore::attach(key, options)

@@ -41,6 +41,8 @@ class category_impl : public std::error_category {
         return "a table of the segment is full";
       case errc::lock_timeout:
         return "the segment lock stayed busy past the timeout";
+      case errc::untrusted_owner:
+        return "the segment belongs to a user this process does not trust";
     }
     return "unknown shmsem error";
   }
@@ -56,6 +58,7 @@ class category_impl : public std::error_category {
       case errc::invalid_key:
         return std::errc::invalid_argument;
       case errc::permission_denied:
+      case errc::untrusted_owner:
         return std::errc::permission_denied;
       case errc::no_space:
         return std::errc::no_space_on_device;

@@ -1,7 +1,7 @@
 // metrics.cpp: the Prometheus text exposition of every semaphore on the host
 // (format 0.0.4) and its textfile writer (the file system calls are in
 // sys/file.cpp). Everything is read through the public introspection API
-// (list, attach, snapshot), as a tool would.
+// (list, inspect), as a tool would.
 #include <shmsem/metrics.hpp>
 #include <shmsem/semaphore.hpp>
 
@@ -218,13 +218,12 @@ std::string metrics_text() {
   } catch (const std::exception&) {
     ++skipped;  // /dev/shm itself unreadable: report that, not an exception
   }
-  Options attach_options;
-  attach_options.open_timeout = std::chrono::milliseconds(200);
   for (const auto& key : keys) {
     try {
-      snapshots.push_back(Semaphore::attach(key, attach_options).snapshot());
+      // Read-only: a scrape never writes to a segment, whoever owns it.
+      snapshots.push_back(Semaphore::inspect(key));
     } catch (const SegmentError& e) {
-      // Removed between list() and attach(): gone, not unreadable.
+      // Removed between list() and inspect(): gone, not unreadable.
       if (e.code() != make_error_code(errc::not_found)) ++skipped;
     } catch (const std::exception&) {
       ++skipped;

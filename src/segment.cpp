@@ -20,6 +20,7 @@
 #include "sys/futex.hpp"
 #include "sys/proc.hpp"
 #include "sys/robust_mutex.hpp"
+#include "trust.hpp"
 
 namespace shmsem::detail {
 
@@ -339,7 +340,8 @@ void warn_if_capacity_differs(const attachment& a, int permits) {
 }  // namespace
 
 attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t mode,
-                                       std::chrono::milliseconds open_timeout) {
+                                       std::chrono::milliseconds open_timeout,
+                                       const std::vector<std::string>& trusted_owners) {
   validate_key(key);
   const std::string name = key_to_name(key);
   const std::string path = std::string(sys::kShmDir) + "/" + name;
@@ -355,6 +357,7 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     // A removed file stays usable for those who have it, but a new open
     // must get the semaphore that now has the name.
     if (a->file->stat(st) != 0 || st.st_nlink == 0) continue;
+    check_owner(st, key, a->path, trusted_owners);
     ++a->handles;
     a->closing.store(false, std::memory_order_relaxed);
     for (thread_entry* e : a->entries) e->closing.store(false, std::memory_order_relaxed);
@@ -377,6 +380,7 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
     if (!S_ISREG(st.st_mode))
       throw SegmentError(make_error_code(errc::bad_segment),
                          "shmsem: " + path + " is not a regular file (refused)");
+    check_owner(st, key, path, trusted_owners);  // before a byte of it is trusted
     if (!file->lock_until(kInitLockByte, true, deadline))
       throw SegmentError(make_error_code(errc::busy),
                          "shmsem: " + path +

@@ -186,13 +186,17 @@ struct attachment {
   std::atomic<std::int64_t> retired_pins{0};
   std::atomic<std::int64_t> releasing{0};
   std::atomic<bool> closing{false};  // no handle left: the release of the last pin detaches
+  // Whether the name still leads to this file (trust.cpp, from periodic work only).
+  std::atomic<std::int64_t> name_check_due{0};
+  std::atomic<bool> name_lost{false};
 
   // --- lifecycle (process-local registry; many handles share one attachment)
   /// Attaches to `key`, creating the segment with `permits` seats when
-  /// permits > 0 and it is absent. Counts one handle. Throws SegmentError,
-  /// std::invalid_argument.
+  /// permits > 0 and it is absent. Counts one handle. Throws SegmentError
+  /// (untrusted_owner: see trust.hpp), std::invalid_argument.
   static attachment* acquire_handle(std::string_view key, int permits, mode_t mode,
-                                    std::chrono::milliseconds open_timeout);
+                                    std::chrono::milliseconds open_timeout,
+                                    const std::vector<std::string>& trusted_owners);
   /// Drops one handle; unmaps when no handle and no permit remain.
   static void release_handle(attachment* a) noexcept;
   /// The mutex over every attachment's lifecycle fields (and the registry).

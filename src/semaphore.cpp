@@ -12,6 +12,7 @@
 #include "renewer.hpp"
 #include "sys/futex.hpp"
 #include "sys/shm.hpp"
+#include "trust.hpp"
 
 namespace shmsem {
 
@@ -177,6 +178,7 @@ static void check_options(const Options& options) {
   if (options.ttl) detail::check_duration(*options.ttl, "default TTL", false);
   if (options.open_timeout.count() < 0)
     throw std::invalid_argument("shmsem: negative open_timeout");
+  detail::validate_trusted_owners(options.trusted_owners);
 }
 
 Semaphore Semaphore::open(std::string_view key, int permits, const Options& options) {
@@ -188,7 +190,8 @@ Semaphore Semaphore::open(std::string_view key, int permits, const Options& opti
   check_options(options);
   auto h = std::make_unique<handle>();
   h->opts = options;
-  h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout);
+  h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout,
+                                      options.trusted_owners);
   h->id = detail::next_handle_id++;
   {
     std::lock_guard g(detail::handles_mutex);
@@ -202,7 +205,8 @@ Semaphore Semaphore::attach(std::string_view key, const Options& options) {
   check_options(options);
   auto h = std::make_unique<handle>();
   h->opts = options;
-  h->att = attachment::acquire_handle(key, 0, options.mode, options.open_timeout);
+  h->att = attachment::acquire_handle(key, 0, options.mode, options.open_timeout,
+                                      options.trusted_owners);
   h->id = detail::next_handle_id++;
   {
     std::lock_guard g(detail::handles_mutex);
@@ -501,6 +505,7 @@ namespace {
       const auto r = sys::futex_wait(&slot.seq, seq, until);
       if (r == sys::wait_result::woken) ++wakeups;
       if (r != sys::wait_result::timed_out) continue;
+      detail::watch_name(a);
       // Also serve the queue if the head fits: a releaser that gave its
       // seats back without the lock may have died before handing them on.
       const bool act =
@@ -801,6 +806,7 @@ Snapshot Semaphore::snapshot() const {
   s.created = std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(
           std::chrono::nanoseconds(h_->att->hdr->created_realtime_ns)));
+  detail::describe_segment(*h_->att, h_->opts.trusted_owners, s);
   return s;
 }
 
@@ -900,6 +906,7 @@ bool Semaphore::wait_idle(std::chrono::milliseconds timeout) {
     const std::int64_t now = sys::precise_now_ns();
     if (now >= deadline) break;
     sys::futex_wait(&hdr->idle_seq, seq, std::min(deadline, now + detail::kHeadTickNs));
+    detail::watch_name(a);
   }
   hdr->idle_waiters.fetch_sub(1);
   return idle;

@@ -50,6 +50,9 @@ enum class errc {
                       ///< std::errc::resource_unavailable_try_again
   lock_timeout,       ///< the segment lock stayed busy past the caller's timeout (a process
                       ///< stopped while holding it?); == std::errc::timed_out
+  untrusted_owner,    ///< the segment belongs to a user this process does not trust (another
+                      ///< user could have made it to break the bound); see
+                      ///< Options::trusted_owners; == std::errc::permission_denied
 };
 
 /// The "shmsem" error category.

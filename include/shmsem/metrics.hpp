@@ -32,9 +32,10 @@ namespace shmsem {
 /// (the segment's creation time, which marks a counter reset), plus
 /// shmsem_scrape_skipped_segments (segments that were listed but could not
 /// be read).
-/// Reads each segment with Semaphore::attach() and snapshot(), so it takes
-/// no segment lock and never blocks on a stopped process; a segment that
-/// cannot be attached or read is skipped and counted, never an error.
+/// Reads each segment with Semaphore::inspect(), so it takes no segment
+/// lock, never blocks on a stopped process and never writes to a segment,
+/// whoever owns it; a segment that cannot be read is skipped and counted,
+/// never an error.
 /// Blocks only for the file system calls. Thread-safe.
 SHMSEM_API std::string metrics_text();
 

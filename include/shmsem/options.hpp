@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <stop_token>
+#include <string>
+#include <vector>
 
 namespace shmsem {
 
@@ -34,6 +36,16 @@ struct Options {
   /// How long open() waits for another process that is initializing the
   /// segment before it gives up with SegmentError (errc::busy).
   std::chrono::milliseconds open_timeout{5000};
+  /// Users whose segments this handle accepts on purpose, by name ("postgres")
+  /// or by uid in decimal ("1001"). Without them, open() and attach() accept
+  /// a segment only if its owner is this process's effective uid or root, or
+  /// if this process is not root and the file is not writable by others (its
+  /// group was chosen by its owner). Anything else throws SegmentError
+  /// (errc::untrusted_owner): /dev/shm is writable by every user, so another
+  /// user could have created the file first, with a capacity or contents of
+  /// their choosing. A name that is no user of this host matches nothing.
+  /// See docs/ownership.md for sharing a semaphore across users.
+  std::vector<std::string> trusted_owners;
 };
 
 /// Settings of one acquire() or try_acquire().

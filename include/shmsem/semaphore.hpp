@@ -45,6 +45,7 @@ namespace shmsem {
 namespace detail {
 struct handle;
 struct semaphore_access;
+struct inspection;
 /// Releases after with_permit's work ran: a lost seat is logged, not thrown.
 SHMSEM_API void release_after_work(Permit& p) noexcept;
 }  // namespace detail
@@ -60,16 +61,20 @@ class SHMSEM_API Semaphore {
   /// Throws std::invalid_argument for an empty key, a key with NUL, a key
   /// over 255 bytes, permits outside 1..kMaxCapacity, or a bad TTL; throws
   /// SegmentError (naming the path) when the file is not a valid segment,
-  /// access is denied, or /dev/shm is full.
+  /// access is denied, or /dev/shm is full; and with errc::untrusted_owner,
+  /// before reading a byte of it, when the file belongs to a user this
+  /// process does not trust (see Options::trusted_owners).
   static Semaphore open(std::string_view key, int permits, const Options& options = {});
 
   /// Opens an existing semaphore without creating it. Throws SegmentError
   /// (errc::not_found) when there is none.
   static Semaphore attach(std::string_view key, const Options& options = {});
 
-  /// Removes the semaphore's name. Processes that have it open keep using
-  /// their copy; later opens create a new one. Returns false if there was
-  /// none. Throws SegmentError on permission problems, invalid_argument on a bad key.
+  /// Removes the semaphore's name, whoever uses it. Hazard: processes that
+  /// have it open keep using their copy, and later opens create a new one,
+  /// so from then on there are two semaphores under one key and twice the
+  /// seats. Prefer remove_if_unused(). Returns false if there was none.
+  /// Throws SegmentError on permission problems, invalid_argument on a bad key.
   static bool remove(std::string_view key);
 
   /// Removes the semaphore's segment only if no live process has it
@@ -85,6 +90,33 @@ class SHMSEM_API Semaphore {
   /// Where the segment for `key` lives (a path under /dev/shm).
   /// Throws std::invalid_argument for an invalid key.
   static std::string segment_path(std::string_view key);
+
+  /// Reads the semaphore `key` for a monitor, whoever owns it: opens the file
+  /// read-only, copies the header and tables into private memory and builds
+  /// the snapshot from the copy. It never writes to the segment, never maps
+  /// it, takes no lock and does not attach (remove_if_unused() does not see
+  /// it). It runs no trust check: owner.trusted says what open() would
+  /// decide with `options`, and a reader should present the contents of an
+  /// untrusted segment as claims of its owner. Throws SegmentError as
+  /// attach() does (not_found, also for a file never fully initialized;
+  /// permission_denied, bad_segment, ...), errc::busy at once while another
+  /// process initializes it, and std::invalid_argument for a bad key. Does
+  /// not block.
+  static Snapshot inspect(std::string_view key, const Options& options = {});
+
+  /// The owner and mode of the segment for `key`, read with lstat, so it
+  /// works even when the file cannot be opened. Throws SegmentError
+  /// (errc::not_found) when there is none, std::invalid_argument for a bad key.
+  static SegmentOwner owner(std::string_view key, const Options& options = {});
+
+  /// The processes that have a segment of `key` open: the one its name leads
+  /// to, or a copy removed or replaced while they used it. Found through
+  /// /proc (descriptors, and the OFD locks each holds) and the segment's
+  /// holder records; sorted by pid. Never writes. Costs a pass over /proc:
+  /// for tools, not for a hot path. Throws std::invalid_argument for a bad key.
+  static std::vector<SegmentUser> users(std::string_view key);
+  /// users() of every semaphore of the host, in one pass over /proc.
+  static std::vector<SegmentUser> all_users();
 
   Semaphore(Semaphore&&) noexcept;
   Semaphore& operator=(Semaphore&&) noexcept;
@@ -189,9 +221,33 @@ class SHMSEM_API Semaphore {
   /// The key this handle was opened with.
   std::string_view key() const noexcept;
 
+  /// False once the key's name no longer leads to the segment this handle
+  /// uses (removed with remove() or `shmsem rm --force`, or replaced): this
+  /// process and the processes that open the key from now on count separate
+  /// bounds. One lstat; blocked acquires and wait_idle() check it on their
+  /// own about once a second and log a warning, once per segment.
+  bool name_still_points_here() const;
+
+  /// A new descriptor of this process's liveness token in the segment, for
+  /// a child to inherit (it is close-on-exec: clear FD_CLOEXEC in the child,
+  /// after fork and before exec). It shares the open file description that
+  /// holds the token, so while any process keeps a copy of it open, this
+  /// process counts as alive to the fleet even after it died: its seats are
+  /// not reaped, and the bound then covers the whole process tree, as with
+  /// flock(1). They are reaped once this process is gone and every copy is
+  /// closed. A process that closes every descriptor (a daemon) drops it.
+  /// Precondition: this process has acquired through this key (its holder
+  /// record is claimed at the first acquire); otherwise throws
+  /// std::logic_error. The caller owns and closes the descriptor. Throws
+  /// std::system_error if dup fails. Descriptors made before fork() are
+  /// inherited as they are (the library gives a forked child a description
+  /// of its own only for the segment descriptor it keeps itself).
+  int inheritable_liveness_fd() const;
+
  private:
   friend struct detail::semaphore_access;
   explicit Semaphore(std::unique_ptr<detail::handle> h) noexcept;
+  friend struct detail::inspection;
   std::unique_ptr<detail::handle> h_;
 };
 

@@ -61,6 +61,7 @@ extern "C" {
 #define SHMSEM_EUNKNOWN (-10)    /* anything else; see shmsem_last_error() */
 #define SHMSEM_ENOMEM (-11)      /* out of memory */
 #define SHMSEM_ENOENT (-12)      /* SHMSEM_OPEN_NOCREATE and no such semaphore */
+#define SHMSEM_EUNTRUSTED (-13)  /* the segment's owner is a user this process does not trust */
 
 /* The name of a code ("SHMSEM_ETIMEDOUT: timed out"), or "unknown code".
  * Never NULL; the string is static. */
@@ -100,15 +101,26 @@ typedef struct {
   int64_t default_ttl_ms;  /* TTL of this handle's permits when an acquire does not say; 0: none */
   int default_auto_renew;  /* non-zero: permits with a TTL renew in the background by default */
   int64_t open_timeout_ms; /* wait for another process that is creating it; < 0: 5000 */
-  /* Later fields (for example the owners to trust for a segment created by
-   * another user) go after these. */
+  /* Users whose segments to accept on purpose: a NULL-terminated array of
+   * user names ("postgres") or decimal uids ("1001"), read during the call
+   * only; NULL: none. Added after the struct's first version: a library
+   * built before it refuses a non-NULL value with SHMSEM_EINVAL. */
+  const char* const* trusted_owners;
+  /* Later fields go after these. */
 } shmsem_open_options;
 /* clang-format off */
-#define SHMSEM_OPEN_OPTIONS_INIT {sizeof(shmsem_open_options), 0, 0600, 0, 0, 0, -1}
+#define SHMSEM_OPEN_OPTIONS_INIT {sizeof(shmsem_open_options), 0, 0600, 0, 0, 0, -1, NULL}
 /* clang-format on */
 
 /* shmsem_open with options (NULL: the defaults above). With
- * SHMSEM_OPEN_NOCREATE, a missing semaphore is SHMSEM_ENOENT. */
+ * SHMSEM_OPEN_NOCREATE, a missing semaphore is SHMSEM_ENOENT.
+ *
+ * /dev/shm is writable by every user, so another user could create the
+ * file of a key first, with a capacity of their choosing. A segment is
+ * accepted if its owner is this process's effective uid or root; or if
+ * this process is not root and the file is not writable by others; or if
+ * its owner is in o->trusted_owners. Otherwise SHMSEM_EUNTRUSTED, and
+ * shmsem_last_error() names the owner, the mode and the opt-in. */
 SHMSEM_API int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options* o,
                               shmsem_sem** out);
 

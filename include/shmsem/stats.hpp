@@ -78,6 +78,44 @@ struct Holder {
   HolderState state = HolderState::alive;
 };
 
+/// Who owns a segment file and who may open it, as fstat reports it.
+struct SegmentOwner {
+  unsigned uid = 0;
+  std::string user;  ///< the owner's user name; empty when the uid has none
+  unsigned gid = 0;
+  std::string group;  ///< the group's name; empty when the gid has none
+  unsigned mode = 0;  ///< the permission bits (e.g. 0660)
+  /// Whether open() and attach() by this process, with the Options given,
+  /// accept this owner (see Options::trusted_owners); false means they
+  /// throw SegmentError with errc::untrusted_owner.
+  bool trusted = false;
+};
+
+/// A process that has a semaphore's segment open, as /proc shows it to the
+/// caller (root sees every process; another user sees its own, plus the
+/// holder records of the others).
+struct SegmentUser {
+  std::string key;   ///< empty when the file's name does not tell it (a hashed name)
+  std::string path;  ///< the segment's path under /dev/shm (its name, for a removed copy)
+  /// The process, or 0 when it is known only from its holder record and
+  /// lives in another PID namespace.
+  int pid = 0;
+  std::string command;  ///< /proc/<pid>/comm, or the command its holder record names
+  /// It uses a copy of the segment that has since been removed or replaced
+  /// under the name: it and the processes that open the key now no longer
+  /// share one bound.
+  bool removed_copy = false;
+  bool attached = false;  ///< it has a handle open (seen through /proc)
+  /// Seats held and acquires waiting under the holder record whose liveness
+  /// token it holds; 0 for a process that only has the semaphore open.
+  int seats = 0;
+  int waiting = 0;
+  /// The process that claimed that holder record. It differs from pid when
+  /// the token was inherited, as `shmsem run` passes it to its command, and
+  /// it may then have exited while its seats stay held.
+  int holder_pid = 0;
+};
+
 /// A consistent-enough picture of one semaphore, read without any lock (so a
 /// stopped reader never stalls the fleet). Counters are individually exact;
 /// they may be a few operations apart from each other.
@@ -93,6 +131,13 @@ struct Snapshot {
   /// When this segment was created. Removing the key and creating it again
   /// (as `shmsem gc` does) makes a new segment, whose counters start at 0.
   std::chrono::system_clock::time_point created;
+  /// The owner and mode of the segment file, and whether this process trusts it.
+  SegmentOwner owner;
+  /// False when the key's name no longer leads to the segment this snapshot
+  /// was read from (it was removed or replaced): the processes attached to it
+  /// and those that open the key now count separate bounds. Always true for
+  /// Semaphore::inspect(), which reads the file the name leads to.
+  bool name_still_points_here = true;
 };
 
 /// Half-life of utilization_smoothed(): a change in load shows half its

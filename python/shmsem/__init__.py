@@ -19,7 +19,7 @@ from ._asyncio import AcquireAsync, acquire_async
 from ._bounded import bounded
 from ._shmsem import CancelToken, Permit, Semaphore, shutdown_all
 from ._types import (AcquisitionError, AcquisitionTimeoutError, Error, ExtensionError, Holder,
-                     PermitNotHeldError, SegmentError, Stats)
+                     PermitNotHeldError, SegmentError, Stats, UntrustedOwnerError)
 
 # A method of Semaphore, written in Python (asyncio).
 Semaphore.acquire_async = acquire_async
@@ -27,7 +27,8 @@ Semaphore.acquire_async = acquire_async
 # The public classes are shmsem.X wherever they are defined (repr, help, pickle
 # of the exceptions goes through the same classes either way).
 for _cls in (AcquireAsync, AcquisitionError, AcquisitionTimeoutError, CancelToken, Error,
-             ExtensionError, Holder, Permit, PermitNotHeldError, SegmentError, Semaphore, Stats):
+             ExtensionError, Holder, Permit, PermitNotHeldError, SegmentError, Semaphore, Stats,
+             UntrustedOwnerError):
     _cls.__module__ = __name__
 del _cls
 
@@ -46,6 +47,7 @@ __all__ = [
     "SegmentError",
     "Semaphore",
     "Stats",
+    "UntrustedOwnerError",
     "bounded",
     "shutdown_all",
 ]

@@ -2,7 +2,8 @@
 # annotations of their own). Keep in step with python/module.cpp and
 # shmsem/*.py; tests/python/test_typing.py checks that they agree.
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Type, TypeVar, Union
+from typing import (Any, Awaitable, Callable, Dict, Generator, Iterable, List, Optional, Type,
+                    TypeVar, Union)
 
 __version__: str
 
@@ -24,6 +25,8 @@ class SegmentError(Error):
     code: int
     category: str
     def __init__(self, message: str, code: int = ..., category: str = ...) -> None: ...
+
+class UntrustedOwnerError(SegmentError, PermissionError): ...
 
 class Holder:
     pid: int
@@ -105,9 +108,12 @@ class Semaphore:
         ttl: Optional[float] = ...,
         auto_renew: bool = ...,
         open_timeout: float = ...,
+        trusted_owners: Optional[Iterable[Union[str, int]]] = ...,
     ) -> None: ...
     @staticmethod
-    def attach(key: str) -> "Semaphore": ...
+    def attach(
+        key: str, *, trusted_owners: Optional[Iterable[Union[str, int]]] = ...
+    ) -> "Semaphore": ...
     def acquire(
         self,
         n: int = ...,

@@ -66,6 +66,17 @@ class SegmentError(Error):
         return (type(self), (str(self), self.code, self.category))
 
 
+class UntrustedOwnerError(SegmentError, PermissionError):
+    """Another user owns the segment, and this process does not trust them.
+
+    /dev/shm is writable by every user, so anyone could have created the
+    file first, with a capacity of their choosing. Accepted are segments of
+    this user or root, a segment that others cannot write (for a process
+    that is not root), and those of the users named in trusted_owners
+    (Semaphore(..., trusted_owners=["postgres"])). Also a PermissionError.
+    """
+
+
 @dataclasses.dataclass(frozen=True)
 class Holder:
     """One lease in the segment, as Semaphore.holders() reports it.

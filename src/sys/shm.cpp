@@ -10,6 +10,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "sys/clock.hpp"
@@ -21,6 +22,10 @@ namespace shmsem::sys {
 struct shm_file::impl {
   bip::shared_memory_object object;
   bip::mapped_region region;
+  int read_only_fd = -1;  // open_read_only(): a plain descriptor, no Boost object
+  ~impl() {
+    if (read_only_fd >= 0) ::close(read_only_fd);
+  }
 };
 
 std::unique_ptr<shm_file> shm_file::open(const std::string& name, bool create, mode_t mode,
@@ -65,10 +70,44 @@ std::unique_ptr<shm_file> shm_file::open(const std::string& name, bool create, m
   return f;
 }
 
+std::unique_ptr<shm_file> shm_file::open_read_only(const std::string& name, int& err) {
+  err = 0;
+  const std::string p = std::string(kShmDir) + "/" + name;
+  // Not shm_open: it would block on a FIFO planted at the name.
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    err = errno;
+    return nullptr;
+  }
+  std::unique_ptr<shm_file> f(new shm_file);
+  f->impl_ = std::make_unique<impl>();
+  f->impl_->read_only_fd = fd;
+  return f;
+}
+
 shm_file::~shm_file() = default;
 
 int shm_file::fd() const {
+  if (impl_->read_only_fd >= 0) return impl_->read_only_fd;
   return static_cast<int>(impl_->object.get_mapping_handle().handle);
+}
+
+int shm_file::read_at(std::uint64_t off, void* buf, std::size_t n) const {
+  auto* out = static_cast<char*>(buf);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd(), out + got, n - got, static_cast<off_t>(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  std::memset(out + got, 0, n - got);
+  return 0;
+}
+
+int shm_file::dup_description() const {
+  return ::fcntl(fd(), F_DUPFD_CLOEXEC, 3);
 }
 
 int shm_file::stat(struct ::stat& st) const {

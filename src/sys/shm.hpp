@@ -27,6 +27,11 @@ class shm_file {
   /// `created` tells whether this call made the file.
   static std::unique_ptr<shm_file> open(const std::string& name, bool create, mode_t mode, int& err,
                                         bool& created);
+  /// Opens /dev/shm/<name> read-only, for reading with read_at() and for
+  /// asking about locks; it is never mapped. Never follows a symlink and
+  /// never blocks (on a FIFO planted at the name). Returns nullptr and sets
+  /// `err` (an errno) on failure.
+  static std::unique_ptr<shm_file> open_read_only(const std::string& name, int& err);
   ~shm_file();
   shm_file(const shm_file&) = delete;
   shm_file& operator=(const shm_file&) = delete;
@@ -41,6 +46,12 @@ class shm_file {
   /// Allocates [off, off+len) so later page faults cannot fail (a full
   /// tmpfs gives ENOSPC here instead of SIGBUS later). Returns errno or 0.
   int allocate(std::uint64_t off, std::uint64_t len);
+  /// Reads up to `n` bytes at `off`; what lies past the end of the file
+  /// reads as zeros. Returns errno or 0.
+  int read_at(std::uint64_t off, void* buf, std::size_t n) const;
+  /// A new close-on-exec descriptor sharing this open file description (and
+  /// so its OFD locks). Returns it, or -1 with errno set.
+  int dup_description() const;
   /// Replaces this process's open file description with a fresh one for the
   /// same file, and remaps the mapping onto it in place (after fork, so the
   /// child's OFD locks are its own: a mapping holds a reference to its file

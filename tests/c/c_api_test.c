@@ -78,7 +78,7 @@ static void codes_have_names(void) {
   const int codes[] = {SHMSEM_OK,       SHMSEM_ETIMEDOUT, SHMSEM_EUNAVAILABLE, SHMSEM_ENOTHELD,
                        SHMSEM_EINVAL,   SHMSEM_ESEGMENT,  SHMSEM_ECANCELED,    SHMSEM_ESHUTDOWN,
                        SHMSEM_EEXCEEDS, SHMSEM_EEXTEND,   SHMSEM_EUNKNOWN,     SHMSEM_ENOMEM,
-                       SHMSEM_ENOENT};
+                       SHMSEM_ENOENT,   SHMSEM_EUNTRUSTED};
   const size_t n = sizeof codes / sizeof codes[0];
   CHECK(SHMSEM_OK == 0);
   for (size_t i = 0; i < n; ++i) {
@@ -565,6 +565,50 @@ static void remove_if_unused_keeps_a_semaphore_in_use(void) {
   CHECK_RC(shmsem_remove(""), SHMSEM_EINVAL);
 }
 
+/* A segment another user created first (any user may create files in
+ * /dev/shm): root refuses it unless it names that user on purpose. */
+static void segment_of_an_untrusted_owner_is_refused(void) {
+  if (geteuid() != 0) {
+    printf("skip %s: needs root to create a segment as another user\n", current);
+    return;
+  }
+  char squat[sizeof key_buf]; /* key() names keys by pid: the child's differs */
+  snprintf(squat, sizeof squat, "%s", key("squat"));
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    /* nobody squats the key, with a capacity of its choosing. */
+    shmsem_sem* mine = NULL;
+    shmsem_open_options co = SHMSEM_OPEN_OPTIONS_INIT;
+    co.mode = 0666;
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    _exit(shmsem_open_ex(squat, 100, &co, &mine) == SHMSEM_OK ? 0 : 11);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  shmsem_sem* s = (shmsem_sem*)1;
+  CHECK_RC(shmsem_open(squat, 2, &s), SHMSEM_EUNTRUSTED);
+  CHECK(s == NULL);
+  CHECK(strstr(shmsem_last_error(), squat) != NULL);
+  CHECK(strstr(shmsem_last_error(), "uid 65534") != NULL);
+  CHECK(strstr(shmsem_last_error(), "trusted_owners") != NULL);
+  shmsem_open_options oo = SHMSEM_OPEN_OPTIONS_INIT;
+  oo.flags = SHMSEM_OPEN_NOCREATE;
+  CHECK_RC(shmsem_open_ex(squat, 0, &oo, &s), SHMSEM_EUNTRUSTED);
+
+  const char* const empty[] = {"", NULL};
+  oo.trusted_owners = empty;
+  CHECK_RC(shmsem_open_ex(squat, 0, &oo, &s), SHMSEM_EINVAL);
+  const char* const owners[] = {"some-user-not-on-this-host", "65534", NULL};
+  oo.trusted_owners = owners;
+  CHECK_RC(shmsem_open_ex(squat, 0, &oo, &s), SHMSEM_OK);
+  CHECK_RC(shmsem_capacity(s), 100); /* the squatter's capacity, accepted on purpose */
+  shmsem_close(s);
+  CHECK_RC(shmsem_remove(squat), 1);
+}
+
 struct test {
   const char* name;
   void (*fn)(void);
@@ -593,6 +637,7 @@ int main(int argc, char** argv) {
       {"inherited_permit_is_not_released_by_the_child",
        inherited_permit_is_not_released_by_the_child},
       {"remove_if_unused_keeps_a_semaphore_in_use", remove_if_unused_keeps_a_semaphore_in_use},
+      {"segment_of_an_untrusted_owner_is_refused", segment_of_an_untrusted_owner_is_refused},
   };
   const size_t n = sizeof tests / sizeof tests[0];
   int ran = 0;

@@ -3,7 +3,9 @@
 
 #include <shmsem/semaphore.hpp>
 
+#include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,9 +14,14 @@
 
 namespace semtop {
 
-shmsem::Semaphore attach_existing(const std::string& key, const shmsem::Options& options) {
+namespace {
+
+// attach() and inspect() say not_found for a file that exists but was never
+// fully initialized; the tools tell it apart, since something is there.
+template <class Read>
+auto existing(const std::string& key, Read read) -> decltype(read()) {
   try {
-    return shmsem::Semaphore::attach(key, options);
+    return read();
   } catch (const shmsem::SegmentError& e) {
     struct stat st;
     if (e.code() != shmsem::errc::not_found ||
@@ -24,6 +31,16 @@ shmsem::Semaphore attach_existing(const std::string& key, const shmsem::Options&
   }
 }
 
+}  // namespace
+
+shmsem::Semaphore attach_existing(const std::string& key, const shmsem::Options& options) {
+  return existing(key, [&] { return shmsem::Semaphore::attach(key, options); });
+}
+
+shmsem::Snapshot inspect_existing(const std::string& key, const shmsem::Options& trust) {
+  return existing(key, [&] { return shmsem::Semaphore::inspect(key, trust); });
+}
+
 std::string describe_error(const std::exception& e) {
   // The library's messages start with "shmsem: "; the row already says so.
   std::string what = e.what();
@@ -31,6 +48,7 @@ std::string describe_error(const std::exception& e) {
   const auto* err = dynamic_cast<const shmsem::Error*>(&e);
   if (!err) return "error: " + what;
   const std::error_code& c = err->code();
+  if (c == shmsem::errc::untrusted_owner) return "untrusted owner";
   if (c == shmsem::errc::not_found || c == std::errc::no_such_file_or_directory) return "vanished";
   if (c == shmsem::errc::permission_denied || c == std::errc::permission_denied ||
       c == std::errc::operation_not_permitted)
@@ -42,29 +60,97 @@ std::string describe_error(const std::exception& e) {
   return "error: " + what;
 }
 
-sample sample_one(const std::string& key) {
+namespace {
+
+// Reads without attaching: a monitor must not keep segments attached (that
+// would make `shmsem gc` think they are in use), must never write to one,
+// and must read another user's segment without trusting it.
+sample read_one(const std::string& key, const shmsem::Options& trust) {
   sample s;
   s.key = key;
   try {
-    // A fresh handle each time: semtop must not keep segments attached
-    // (that would make `shmsem gc` think they are in use), and a removed
-    // name must show as vanished rather than as the old, unlinked copy.
-    shmsem::Options options;
-    options.open_timeout = kInspectOpenTimeout;
-    auto sem = attach_existing(key, options);
-    s.snap = sem.snapshot();
+    s.snap = inspect_existing(key, trust);
     s.snap->key = key;
+    s.owner = s.snap->owner;
   } catch (const std::exception& e) {
     s.snap.reset();
     s.error = describe_error(e);
+    try {
+      s.owner = shmsem::Semaphore::owner(key, trust);
+    } catch (const std::exception&) {
+      // Gone: the error says so.
+    }
   }
   return s;
 }
 
-std::vector<sample> sample_all() {
+}  // namespace
+
+sample sample_one(const std::string& key, const shmsem::Options& trust) {
+  sample s = read_one(key, trust);
+  try {
+    s.users = shmsem::Semaphore::users(key);
+  } catch (const std::exception&) {
+    // Not knowing who uses it is no reason to hide the rest.
+  }
+  return s;
+}
+
+std::vector<sample> sample_all(const shmsem::Options& trust) {
   std::vector<sample> out;
-  for (const auto& key : shmsem::Semaphore::list()) out.push_back(sample_one(key));
+  for (const auto& key : shmsem::Semaphore::list()) out.push_back(read_one(key, trust));
+  std::vector<shmsem::SegmentUser> users;
+  try {
+    users = shmsem::Semaphore::all_users();
+  } catch (const std::exception&) {
+  }
+  for (auto& s : out) {
+    const std::string path = shmsem::Semaphore::segment_path(s.key);
+    for (const auto& u : users)
+      if (u.path == path) s.users.push_back(u);
+  }
   return out;
+}
+
+std::string owner_text(const shmsem::SegmentOwner& o) {
+  if (o.user.empty()) return "uid " + std::to_string(o.uid);
+  return o.user + " (uid " + std::to_string(o.uid) + ")";
+}
+
+shmsem::Options admin_options(const std::string& key, const std::string& action, std::string& whose,
+                              shmsem::Options trust) {
+  const shmsem::SegmentOwner o = shmsem::Semaphore::owner(key, trust);
+  whose.clear();
+  const uid_t me = ::geteuid();
+  if (o.uid == me) return trust;
+  if (me != 0)
+    throw shmsem::SegmentError(make_error_code(shmsem::errc::permission_denied),
+                               "shmsem: " + key + " is a segment of " + owner_text(o) + "; only " +
+                                   (o.user.empty() ? "its owner" : o.user) + " or root may " +
+                                   action + " it");
+  whose = owner_text(o);
+  // Root chose to act on this user's segment: trust it for this call.
+  trust.trusted_owners.push_back(std::to_string(o.uid));
+  return trust;
+}
+
+std::string check_user(const std::string& user) {
+  if (!user.empty() &&
+      std::all_of(user.begin(), user.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return {};
+  std::vector<char> buf(16384);
+  struct passwd pw;
+  struct passwd* found = nullptr;
+  if (!user.empty() && ::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) == 0 &&
+      found)
+    return {};
+  return "no user named '" + user + "' on this host (give a user name or a uid)";
+}
+
+int row::split_processes() const {
+  int n = 0;
+  for (const auto& u : users) n += u.removed_copy ? 1 : 0;
+  return n;
 }
 
 const char* to_string(sort_key k) {
@@ -104,6 +190,8 @@ void model::update(std::vector<sample> samples, clock::time_point now) {
     r.key = s.key;
     r.error = std::move(s.error);
     r.snap = std::move(s.snap);
+    r.owner = std::move(s.owner);
+    r.users = std::move(s.users);
     if (r.snap) {
       const auto& st = r.snap->stats;
       auto it = prev_.find(r.key);

@@ -32,13 +32,12 @@ struct sample {
   /// Empty when snap is set; otherwise a short reason: "corrupt: ...",
   /// "incompatible: ...", "no permission", "vanished", ...
   std::string error;
+  /// The file's owner and mode (also when the contents cannot be read),
+  /// and whether this user would open it (`trusted`).
+  std::optional<shmsem::SegmentOwner> owner;
+  /// The processes that use it, removed copies included (Semaphore::users).
+  std::vector<shmsem::SegmentUser> users;
 };
-
-/// How long the monitor waits for a segment that another process is
-/// initializing (the library's default is 5 s). A process stopped while it
-/// holds that segment's init lock must not freeze semtop or `shmsem ls`:
-/// the segment shows as busy instead.
-inline constexpr std::chrono::milliseconds kInspectOpenTimeout{200};
 
 /// A segment file that exists but was never fully initialized (its creator
 /// died first). It cannot be used until an open() with a capacity
@@ -53,14 +52,38 @@ class uninitialized_segment : public shmsem::SegmentError {
 /// errc::not_found: there is something at the name, it is just unusable.
 shmsem::Semaphore attach_existing(const std::string& key, const shmsem::Options& options = {});
 
-/// Reads every semaphore of the host through the public API: list(),
-/// attach(), snapshot(). Never takes a segment lock, waits at most
-/// kInspectOpenTimeout for a segment being initialized, and never throws
-/// for one bad segment: that segment becomes a sample with an error.
-std::vector<sample> sample_all();
+/// Semaphore::inspect(), with the same distinction as attach_existing().
+/// It never waits: a segment that another process is initializing (one
+/// stopped while it holds the init lock, say) throws errc::busy at once, so
+/// it cannot freeze semtop or `shmsem ls`.
+shmsem::Snapshot inspect_existing(const std::string& key, const shmsem::Options& trust = {});
 
-/// Reads one semaphore (same rules as sample_all()).
-sample sample_one(const std::string& key);
+/// Reads every semaphore of the host through the public API: list(),
+/// inspect() and all_users(). Reads without attaching and never writes to a
+/// segment, whoever owns it; takes no segment lock and never waits for a
+/// segment being initialized; never throws for one bad segment: that
+/// segment becomes a sample with an error. `trust` gives
+/// the owners this user trusts on purpose (Options::trusted_owners).
+std::vector<sample> sample_all(const shmsem::Options& trust = {});
+
+/// Reads one semaphore (same rules as sample_all()), and its users.
+sample sample_one(const std::string& key, const shmsem::Options& trust = {});
+
+/// How an administrator may act on `key` (drain, resize, reap, remove):
+/// only as its owner or as root. Returns the options to attach() with (the
+/// owner trusted when it is another user, since root acts on any user's
+/// segment), and sets `whose` to "alice (uid 1001)" when the segment is
+/// another user's, else "". Throws shmsem::SegmentError: not_found, or
+/// permission_denied naming the owner when the caller is neither.
+shmsem::Options admin_options(const std::string& key, const std::string& action, std::string& whose,
+                              shmsem::Options trust = {});
+
+/// "nobody (uid 65534)" or "uid 64001".
+std::string owner_text(const shmsem::SegmentOwner& o);
+
+/// "" if `user` is a user name of this host or a uid; otherwise why not
+/// (a CLI11 validator for --trust-owner).
+std::string check_user(const std::string& user);
 
 /// The short reason shown for a segment that cannot be read.
 std::string describe_error(const std::exception& e);
@@ -78,8 +101,14 @@ struct row {
   std::uint64_t reclaimed_interval = 0;
   /// Age of the oldest lease, if any.
   std::optional<clock::duration> oldest_hold;
+  std::optional<shmsem::SegmentOwner> owner;
+  std::vector<shmsem::SegmentUser> users;
 
   bool ok() const { return snap.has_value(); }
+  /// This user would refuse to open it (its owner is not trusted).
+  bool untrusted() const { return owner && !owner->trusted; }
+  /// Processes still using a removed or replaced copy of it: the bound is split.
+  int split_processes() const;
   double utilization() const { return snap ? snap->utilization : 0.0; }
   int waiters() const { return snap ? snap->waiters : 0; }
 };

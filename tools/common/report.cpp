@@ -31,7 +31,8 @@ void pad_left(std::ostream& out, const std::string& s, std::size_t w) {
   out << s;
 }
 
-// The right-aligned columns after the bar, titles and rows alike.
+// The right-aligned columns after the bar, then owner, mode and the note,
+// titles and rows alike.
 void print_figures(std::ostream& out, const row_cells& c) {
   const std::pair<const std::string*, std::size_t> figures[] = {
       {&c.util_pct, 5}, {&c.ewma, 5},       {&c.acq_rate, 7},
@@ -42,7 +43,18 @@ void print_figures(std::ostream& out, const row_cells& c) {
     pad_left(out, *text, width);
     sep = " ";
   }
+  out << "  ";
+  pad_right(out, c.owner, 10);
+  out << ' ';
+  pad_right(out, c.mode, 4);
+  if (!c.note.empty()) out << "  " << c.note;
   out << "\n";
+}
+
+// owner and mode after an error, for rows that could not be read.
+std::string owner_suffix(const row_cells& c) {
+  if (c.owner.empty()) return {};
+  return "  (owner " + c.owner + ", mode " + c.mode + (c.note.empty() ? "" : ", " + c.note) + ")";
 }
 
 nlohmann::json histogram_json(const shmsem::Histogram& h) {
@@ -154,12 +166,49 @@ std::string dump_json(const nlohmann::json& j) {
 }
 
 row_cells column_titles() {
-  return {"KEY", "USED/CAP", "WAIT", "UTIL%", "EWMA", "ACQ/s", "TMO/s", "DEAD/EXP", "OLDEST"};
+  return {"KEY",   "USED/CAP", "WAIT",   "UTIL%", "EWMA", "ACQ/s",
+          "TMO/s", "DEAD/EXP", "OLDEST", "OWNER", "MODE", ""};
+}
+
+std::string owner_cell(const shmsem::SegmentOwner& o) {
+  return printable(o.user.empty() ? std::to_string(o.uid) : o.user);
+}
+
+std::string mode_cell(unsigned mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
+
+std::string describe_user(const shmsem::SegmentUser& u) {
+  std::string s = (u.pid > 0 ? "pid " + std::to_string(u.pid) : std::string("a process")) + " (" +
+                  printable(u.command.empty() ? "?" : u.command) + ")";
+  if (u.pid <= 0) s += " in another PID namespace";
+  std::vector<std::string> what;
+  if (u.seats > 0)
+    what.push_back("holds " + std::to_string(u.seats) + " seat" + (u.seats == 1 ? "" : "s"));
+  if (u.waiting > 0) what.push_back("waits");
+  if (what.empty()) what.push_back(u.attached ? "has it open" : "has the file open");
+  std::string joined;
+  for (const auto& w : what) joined += (joined.empty() ? "" : ", ") + w;
+  s += ": " + joined;
+  if (u.holder_pid > 0 && u.holder_pid != u.pid)
+    s += " (inherited from pid " + std::to_string(u.holder_pid) + ")";
+  if (u.removed_copy) s += " on a removed copy";
+  return s;
 }
 
 row_cells cells(const row& r) {
   row_cells c;
   c.key = printable(r.key);
+  if (r.owner) {
+    c.owner = owner_cell(*r.owner);
+    c.mode = mode_cell(r.owner->mode);
+  }
+  if (r.untrusted()) c.note = "untrusted owner";
+  if (const int n = r.split_processes())
+    c.note += std::string(c.note.empty() ? "" : ", ") + "split: " + std::to_string(n) +
+              " on a removed copy";
   if (!r.snap) return c;
   const auto& s = *r.snap;
   c.used_cap = std::to_string(s.used) + "/" + std::to_string(s.capacity);
@@ -260,7 +309,7 @@ void print_table(std::ostream& out, const model& m, const std::string& host, boo
     pad_right(out, c.key, kw);
     out << ' ';
     if (!r.ok()) {
-      out << printable(r.error) << "\n";
+      out << printable(r.error) << owner_suffix(c) << "\n";
       continue;
     }
     pad_left(out, c.used_cap, 11);
@@ -279,8 +328,31 @@ void print_info(std::ostream& out, const row& r, clock::time_point now) {
   };
   auto num = [](std::uint64_t v) { return std::to_string(v); };
   field("key", printable(r.key));
+  if (r.owner) {
+    const auto& o = *r.owner;
+    field("owner", printable(owner_text(o)));
+    field("group", printable(o.group.empty() ? "gid " + std::to_string(o.gid)
+                                             : o.group + " (gid " + std::to_string(o.gid) + ")"));
+    field("mode", mode_cell(o.mode));
+    const std::string who = o.user.empty() ? std::to_string(o.uid) : o.user;
+    field("trust", o.trusted ? std::string("trusted by this user")
+                             : "UNTRUSTED OWNER: this user's open() refuses it, and what it "
+                               "holds is whatever " +
+                                   printable(who) + " wrote (--trust-owner " + printable(who) +
+                                   " if that is meant)");
+  }
+  auto print_users = [&] {
+    if (const int n = r.split_processes())
+      field("split", std::to_string(n) + " process" + (n == 1 ? "" : "es") +
+                         " still use a removed copy of this semaphore: they and the processes "
+                         "that open the key now count separate bounds");
+    if (r.users.empty()) return;
+    field("processes", std::to_string(r.users.size()));
+    for (const auto& u : r.users) out << "  " << describe_user(u) << "\n";
+  };
   if (!r.ok()) {
     field("error", printable(r.error));
+    print_users();
     return;
   }
   const auto& s = *r.snap;
@@ -313,6 +385,7 @@ void print_info(std::ostream& out, const row& r, clock::time_point now) {
   };
   field("mean wait", mean(st.wait) + " grants");
   field("mean hold", mean(st.hold) + " releases");
+  print_users();
   field("holders", std::to_string(s.holders.size()));
   if (s.holders.empty()) return;
   const auto t = holder_titles();
@@ -338,6 +411,27 @@ nlohmann::json to_json(const row& r, clock::time_point now) {
     for (const unsigned char c : r.key) escape(hex, "%02x", c);
     j["key_hex"] = hex;
   }
+  if (r.owner) {
+    const auto& o = *r.owner;
+    j["owner"] = {{"uid", o.uid},
+                  {"user", o.user},
+                  {"gid", o.gid},
+                  {"group", o.group},
+                  {"mode", mode_cell(o.mode)},
+                  {"trusted", o.trusted}};
+  }
+  j["untrusted_owner"] = r.untrusted();
+  auto users = nlohmann::json::array();
+  for (const auto& u : r.users)
+    users.push_back({{"pid", u.pid},
+                     {"command", u.command},
+                     {"removed_copy", u.removed_copy},
+                     {"attached", u.attached},
+                     {"seats", u.seats},
+                     {"waiting", u.waiting},
+                     {"holder_pid", u.holder_pid}});
+  j["processes"] = std::move(users);
+  j["split_processes"] = r.split_processes();
   if (!r.ok()) {
     j["error"] = r.error;
     return j;

@@ -32,6 +32,9 @@ std::string dump_json(const nlohmann::json& j);
 /// The text of one table row, column by column.
 struct row_cells {
   std::string key, used_cap, wait, util_pct, ewma, acq_rate, tmo_rate, reclaimed, oldest;
+  std::string owner, mode;
+  /// "untrusted owner", "split: N on a removed copy", or both; "" when all is well.
+  std::string note;
 };
 row_cells cells(const row& r);
 
@@ -54,6 +57,14 @@ holder_cells holder_titles();
 
 /// The table as plain text (semtop --once, shmsem ls): header, titles, rows.
 void print_table(std::ostream& out, const model& m, const std::string& host, bool with_header);
+
+/// The owner column: the user name, or the uid when it has none.
+std::string owner_cell(const shmsem::SegmentOwner& o);
+/// "0660".
+std::string mode_cell(unsigned mode);
+/// One process that uses a semaphore, for shmsem info and shmsem rm:
+/// "pid 123 (sleep): holds 1 seat (token of pid 120)".
+std::string describe_user(const shmsem::SegmentUser& u);
 
 /// One semaphore in detail (shmsem info): counters, stats and holders.
 void print_info(std::ostream& out, const row& r, clock::time_point now);

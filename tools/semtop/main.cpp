@@ -37,6 +37,7 @@ struct settings {
   bool no_color = false;
   std::string filter;
   std::string sort = "key";
+  shmsem::Options trust;  // trusted_owners from --trust-owner
 };
 
 semtop::sort_key parse_sort(const std::string& s) {
@@ -59,7 +60,7 @@ int run_batch(const settings& s, semtop::model& m, const std::string& host) {
   const int n = s.once ? 1 : std::max(1, s.iterations);
   for (int i = 0; i < n; ++i) {
     if (i > 0) std::this_thread::sleep_for(interval(s));
-    m.update(semtop::sample_all(), semtop::clock::now());
+    m.update(semtop::sample_all(s.trust), semtop::clock::now());
     if (s.json) continue;  // one document, from the last sample
     if (i > 0) std::cout << "\n";
     semtop::print_table(std::cout, m, host, true);
@@ -96,26 +97,38 @@ struct library_log_capture {
   ~library_log_capture() { shmsem::set_logger(nullptr); }
 };
 
-std::string do_reap(const semtop::model& m) {
-  int seats = 0, failed = 0;
+// Reaps as an administrator: its own segments, or every one as root.
+std::string do_reap(const semtop::model& m, const shmsem::Options& trust) {
+  int seats = 0, failed = 0, others = 0;
   for (const auto& r : m.rows()) {
     if (!r.ok()) continue;
     try {
-      seats += shmsem::Semaphore::attach(r.key).reap();
+      std::string whose;
+      seats += shmsem::Semaphore::attach(r.key, semtop::admin_options(r.key, "reap", whose, trust))
+                   .reap();
+    } catch (const shmsem::SegmentError& e) {
+      if (e.code() == shmsem::errc::permission_denied)
+        ++others;
+      else
+        ++failed;
     } catch (const std::exception&) {
       ++failed;
     }
   }
   std::string msg = "reaped " + std::to_string(seats) + " seat" + (seats == 1 ? "" : "s");
   if (failed) msg += " (" + std::to_string(failed) + " failed)";
+  if (others) msg += " (" + std::to_string(others) + " of other users skipped)";
   return msg;
 }
 
-std::string do_drain(const std::string& key) {
+std::string do_drain(const std::string& key, const shmsem::Options& trust) {
   try {
-    const int displaced = shmsem::Semaphore::attach(key).force_release_all();
-    return "drained " + key + ": " + std::to_string(displaced) + " live lease" +
-           (displaced == 1 ? "" : "s") + " displaced";
+    std::string whose;
+    const int displaced =
+        shmsem::Semaphore::attach(key, semtop::admin_options(key, "drain", whose, trust))
+            .force_release_all();
+    return "drained " + key + (whose.empty() ? "" : " (a segment of " + whose + ")") + ": " +
+           std::to_string(displaced) + " live lease" + (displaced == 1 ? "" : "s") + " displaced";
   } catch (const std::exception& e) {
     return "drain failed: " + semtop::describe_error(e);
   }
@@ -136,7 +149,7 @@ int run_interactive(const settings& s, semtop::model& m, const std::string& host
       const auto now = semtop::clock::now();
       bool redraw = false;
       if (now >= next_refresh) {
-        m.update(semtop::sample_all(), now);
+        m.update(semtop::sample_all(s.trust), now);
         next_refresh = now + interval(s);
         if (auto msg = log.sink->take()) v.set_message("shmsem: " + *msg);
         redraw = true;
@@ -146,8 +159,9 @@ int run_interactive(const settings& s, semtop::model& m, const std::string& host
       if (ch == ERR) continue;
       const auto res = v.handle_key(ch);
       if (res.quit) break;
-      if (res.act == semtop::key_result::action::reap) v.set_message(do_reap(m));
-      if (res.act == semtop::key_result::action::drain) v.set_message(do_drain(res.target));
+      if (res.act == semtop::key_result::action::reap) v.set_message(do_reap(m, s.trust));
+      if (res.act == semtop::key_result::action::drain)
+        v.set_message(do_drain(res.target, s.trust));
       if (res.act != semtop::key_result::action::none) log.sink->take();  // the message says it
       if (res.act != semtop::key_result::action::none || res.rescan) {
         next_refresh = semtop::clock::now();
@@ -179,6 +193,10 @@ int main(int argc, char** argv) {
   app.add_option("-f,--filter", s.filter, "Show only keys containing this substring");
   app.add_option("-s,--sort", s.sort, "Initial sort: key, util, waiters or rate")
       ->check(CLI::IsMember({"key", "util", "waiters", "rate"}));
+  app.add_option("--trust-owner", s.trust.trusted_owners,
+                 "Trust segments of this user (name or uid; repeatable): they are not marked "
+                 "\"untrusted owner\"")
+      ->check(CLI::Validator(semtop::check_user, "USER"));
   CLI11_PARSE(app, argc, argv);
 
   semtop::model m;

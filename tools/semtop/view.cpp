@@ -22,6 +22,8 @@ constexpr int kUsedCapW = 11, kWaitW = 5, kPctW = 5, kEwmaW = 5, kRateW = 7, kRe
               kOldestW = 7;
 constexpr int kFixedW =
     kUsedCapW + kWaitW + kPctW + kEwmaW + 2 * kRateW + kReclW + kOldestW + 9;  // + separators
+// Owner and mode follow; a narrow terminal cuts them off rather than the figures.
+constexpr int kOwnerW = 10, kModeW = 4;
 
 // Everything drawn goes through here, made printable (keys may hold
 // control characters).
@@ -120,7 +122,8 @@ void view::draw_table(int top) {
   if (bar_w) t += fit("UTIL", bar_w + 2) + " ";
   t += fit(titles.util_pct, kPctW, true) + " " + fit(titles.ewma, kEwmaW, true) + " " +
        fit(titles.acq_rate, kRateW, true) + " " + fit(titles.tmo_rate, kRateW, true) + " " +
-       fit(titles.reclaimed, kReclW, true) + " " + fit(titles.oldest, kOldestW, true);
+       fit(titles.reclaimed, kReclW, true) + " " + fit(titles.oldest, kOldestW, true) + "  " +
+       fit(titles.owner, kOwnerW) + " " + fit(titles.mode, kModeW);
   put(top, 0, t, title_attr);
 
   const int first = top + 1;
@@ -144,10 +147,15 @@ void view::draw_table(int top) {
     if (is_sel) fill_line(y, base);
     const auto c = cells(r);
     int x = 0;
-    put(y, x, fit(c.key, key_w), base);
+    const attr_t bad = base | A_BOLD | (colors_ ? COLOR_PAIR(kPairBad) : A_NORMAL);
+    // Another user's claims, not facts this user relies on: the key says so.
+    put(y, x, fit(c.key, key_w), r.untrusted() || r.split_processes() ? bad : base);
     x += key_w + 1;
     if (!r.ok()) {
-      put(y, x, r.error, base | A_BOLD | (colors_ ? COLOR_PAIR(kPairBad) : A_NORMAL));
+      std::string text = r.error;
+      if (!c.owner.empty()) text += "  (owner " + c.owner + ", mode " + c.mode + ")";
+      if (!c.note.empty() && c.note != r.error) text += "  " + c.note;
+      put(y, x, text, bad);
       continue;
     }
     put(y, x, fit(c.used_cap, kUsedCapW, true), base);
@@ -168,8 +176,10 @@ void view::draw_table(int top) {
     const std::string rest = fit(c.util_pct, kPctW, true) + " " + fit(c.ewma, kEwmaW, true) + " " +
                              fit(c.acq_rate, kRateW, true) + " " + fit(c.tmo_rate, kRateW, true) +
                              " " + fit(c.reclaimed, kReclW, true) + " " +
-                             fit(c.oldest, kOldestW, true);
+                             fit(c.oldest, kOldestW, true) + "  " + fit(c.owner, kOwnerW) + " " +
+                             fit(c.mode, kModeW);
     put(y, x, rest, base);
+    if (!c.note.empty()) put(y, x + static_cast<int>(rest.size()) + 2, c.note, bad);
   }
 }
 
@@ -186,11 +196,13 @@ void view::draw_holders(int top) {
     return;
   }
   const auto& s = *r->snap;
-  put(top, 0,
-      "holders of " + r->key + "   seats " + std::to_string(s.used) + "/" +
-          std::to_string(s.capacity) + "   waiters: " + std::to_string(s.waiters) +
-          "   leases: " + std::to_string(s.holders.size()),
-      A_BOLD);
+  std::string title = "holders of " + r->key + "   seats " + std::to_string(s.used) + "/" +
+                      std::to_string(s.capacity) + "   waiters: " + std::to_string(s.waiters) +
+                      "   leases: " + std::to_string(s.holders.size());
+  if (r->owner) title += "   owner " + owner_text(*r->owner) + " " + mode_cell(r->owner->mode);
+  const auto c = cells(*r);
+  if (!c.note.empty()) title += "   " + c.note;
+  put(top, 0, title, A_BOLD);
   const auto t = holder_titles();
   auto format = [](const holder_cells& c) {
     return fit(c.pid, 8, true) + "  " + fit(c.command, 24) + " " + fit(c.weight, 6, true) + " " +
@@ -228,8 +240,11 @@ void view::draw_help(int top) {
       "Columns: USED/CAP seats in use of capacity; WAIT blocked acquirers; UTIL% used/capacity;",
       "EWMA smoothed utilization (half-life 10s); ACQ/s and TMO/s acquisitions and timeouts",
       "per second; DEAD/EXP leases reclaimed from dead holders / expired TTLs since creation;",
-      "OLDEST age of the oldest lease. The header's \"reclaimed\" counts seats reclaimed",
-      "during the last interval.",
+      "OLDEST age of the oldest lease; OWNER and MODE of the segment file. The header's",
+      "\"reclaimed\" counts seats reclaimed during the last interval.",
+      "\"untrusted owner\": this user's programs would refuse the segment (another user made",
+      "it; --trust-owner USER if that is meant); its figures are that user's claims.",
+      "\"split\": processes still use a removed copy of the semaphore: two bounds, one key.",
       "",
       "Press any key to return.",
   };

@@ -1,4 +1,6 @@
 // shmsem/admin_commands.cpp: create, resize, drain, reap, wait-idle, rm, gc.
+// drain, resize, reap, rm and gc act on a segment only for its owner or
+// root, and say whose segment it is when it is another user's.
 #include "commands.hpp"
 #include "common.hpp"
 #include "model.hpp"
@@ -8,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -15,14 +19,19 @@
 namespace shmsem_cli {
 namespace {
 
-int create(const std::string& key, int permits, const std::string& mode_text) {
+std::string of_whom(const std::string& whose) {
+  return whose.empty() ? "" : " (a segment of " + whose + ")";
+}
+
+int create(const std::string& key, int permits, const std::string& mode_text,
+           const shmsem::Options& trust) {
   const auto mode = parse_mode(mode_text);
   if (!mode) {
     error_message("bad --mode (octal, at most 0777): " + mode_text);
     return kUsage;
   }
   try {
-    auto existing = shmsem::Semaphore::attach(key);
+    auto existing = shmsem::Semaphore::attach(key, trust);
     if (existing.capacity() == permits) {
       std::printf("%s: exists, capacity %d\n", key.c_str(), permits);
       return kOk;
@@ -33,7 +42,7 @@ int create(const std::string& key, int permits, const std::string& mode_text) {
   } catch (const shmsem::SegmentError& e) {
     if (e.code() != shmsem::errc::not_found) throw;
   }
-  shmsem::Options opts;
+  shmsem::Options opts = trust;
   opts.mode = static_cast<mode_t>(*mode);
   auto sem = shmsem::Semaphore::open(key, permits, opts);
   std::printf("%s: created, capacity %d\n", key.c_str(), sem.capacity());
@@ -41,18 +50,20 @@ int create(const std::string& key, int permits, const std::string& mode_text) {
 }
 
 int resize(const std::string& key, int permits) {
-  auto sem = semtop::attach_existing(key);
+  std::string whose;
+  auto sem = semtop::attach_existing(key, semtop::admin_options(key, "resize", whose));
   const int before = sem.capacity();
   sem.set_capacity(permits);
-  std::printf("%s: capacity %d -> %d\n", key.c_str(), before, permits);
+  std::printf("%s: capacity %d -> %d%s\n", key.c_str(), before, permits, of_whom(whose).c_str());
   return kOk;
 }
 
 int drain(const std::string& key) {
-  auto sem = semtop::attach_existing(key);
+  std::string whose;
+  auto sem = semtop::attach_existing(key, semtop::admin_options(key, "drain", whose));
   const int displaced = sem.force_release_all();
-  std::printf("%s: all seats released, %d live holder lease%s displaced\n", key.c_str(), displaced,
-              displaced == 1 ? "" : "s");
+  std::printf("%s: all seats released, %d live holder lease%s displaced%s\n", key.c_str(),
+              displaced, displaced == 1 ? "" : "s", of_whom(whose).c_str());
   return kOk;
 }
 
@@ -62,22 +73,36 @@ int reap(const std::string& key) {
     keys = shmsem::Semaphore::list();
   else
     keys.push_back(key);
-  int rc = kOk;
+  int rc = kOk, others = 0;
   for (const auto& k : keys) {
     try {
-      const int seats = semtop::attach_existing(k).reap();
-      std::printf("%s: reaped %d seat%s\n", semtop::printable(k).c_str(), seats,
-                  seats == 1 ? "" : "s");
+      std::string whose;
+      shmsem::Options opts;
+      try {
+        opts = semtop::admin_options(k, "reap", whose);
+      } catch (const shmsem::SegmentError& e) {
+        // Every semaphore: another user's are theirs to reap (and their
+        // own waiters reap them anyway).
+        if (!key.empty() || e.code() != shmsem::errc::permission_denied) throw;
+        ++others;
+        continue;
+      }
+      const int seats = semtop::attach_existing(k, opts).reap();
+      std::printf("%s: reaped %d seat%s%s\n", semtop::printable(k).c_str(), seats,
+                  seats == 1 ? "" : "s", of_whom(whose).c_str());
     } catch (const std::exception& e) {
       if (!key.empty()) throw;  // one named key: its error is the result
       error_message(semtop::printable(k) + ": " + e.what());
       rc = kFailure;
     }
   }
+  if (others)
+    std::printf("skipped %d semaphore%s of other users (only their owner or root may reap them)\n",
+                others, others == 1 ? "" : "s");
   return rc;
 }
 
-int wait_idle(const std::string& key, const std::string& wait_text) {
+int wait_idle(const std::string& key, const std::string& wait_text, const shmsem::Options& trust) {
   auto timeout = shmsem::kMaxDuration;
   if (!wait_text.empty()) {
     const auto d = parse_duration(wait_text);
@@ -87,28 +112,80 @@ int wait_idle(const std::string& key, const std::string& wait_text) {
     }
     timeout = std::min(*d, shmsem::kMaxDuration);
   }
-  auto sem = semtop::attach_existing(key);
+  auto sem = semtop::attach_existing(key, trust);
   if (sem.wait_idle(timeout)) return kOk;
   error_message(key + ": still " + std::to_string(sem.used()) + " seat(s) in use after " +
                 wait_text);
   return kConflict;
 }
 
-int rm(const std::string& key) {
-  if (shmsem::Semaphore::remove(key)) return kOk;
-  error_message(key + ": no such semaphore");
-  return kNotFound;
+// "pid 12 (sleep): holds 1 seat; pid 15 (python3): has it open"
+std::string list_users(const std::vector<shmsem::SegmentUser>& users) {
+  std::string s;
+  for (const auto& u : users) s += (s.empty() ? "" : "; ") + semtop::describe_user(u);
+  return s;
+}
+
+int rm(const std::string& key, bool force) {
+  std::string whose;
+  semtop::admin_options(key, "remove", whose);  // not found (3), or not the caller's (4)
+  // The same safe test as gc: nobody attached, holding or waiting, and no
+  // opener can slip in meanwhile.
+  bool removed = false;
+  try {
+    removed = shmsem::Semaphore::remove_if_unused(key);
+  } catch (const shmsem::SegmentError&) {
+    if (!force) throw;
+    // A symlink or special file at the name: nobody can be using it.
+    removed = shmsem::Semaphore::remove(key);
+  }
+  if (removed) {
+    std::printf("removed %s%s\n", semtop::printable(key).c_str(), of_whom(whose).c_str());
+    return kOk;
+  }
+  shmsem::Semaphore::owner(key);  // removed meanwhile: not found (3)
+  std::vector<shmsem::SegmentUser> users;
+  for (auto& u : shmsem::Semaphore::users(key))
+    if (!u.removed_copy) users.push_back(std::move(u));
+  std::string who = list_users(users);
+  if (who.empty())
+    who = ::geteuid() == 0 ? "a process that is opening or removing it right now"
+                           : "processes of another user, which this user cannot see";
+  if (!force) {
+    error_message(semtop::printable(key) + ": in use, not removed: " + who +
+                  ". Removing it now would split the semaphore in two: they keep the old copy "
+                  "while new openers create another, with seats of its own. Stop them first "
+                  "(`shmsem info " +
+                  semtop::printable(key) + "` lists them), or remove it anyway with --force.");
+    return kInUse;
+  }
+  if (!shmsem::Semaphore::remove(key)) {
+    error_message(semtop::printable(key) + ": no such semaphore");
+    return kNotFound;
+  }
+  error_message("warning: " + semtop::printable(key) + " was removed while in use by " + who +
+                ". They keep the old copy and new openers get a new semaphore: the bound is "
+                "split until they open the key again.");
+  std::printf("removed %s%s\n", semtop::printable(key).c_str(), of_whom(whose).c_str());
+  return kOk;
 }
 
 int gc(bool dry_run, const std::string& prefix) {
-  int removed = 0, kept = 0, rc = kOk;
+  int removed = 0, kept = 0, others = 0, rc = kOk;
+  const bool root = ::geteuid() == 0;
   for (const auto& key : shmsem::Semaphore::list()) {
     if (key.compare(0, prefix.size(), prefix) != 0) continue;
     try {
+      // Another user's segment is theirs to remove (or root's).
+      if (!root && shmsem::Semaphore::owner(key).uid != ::geteuid()) {
+        ++others;
+        ++kept;
+        continue;
+      }
       if (dry_run) {
         // Only a hint: the real run also refuses segments that some process
         // merely has attached, which a snapshot cannot see.
-        auto snap = shmsem::Semaphore::attach(key).snapshot();
+        auto snap = shmsem::Semaphore::inspect(key);
         if (snap.used == 0 && snap.waiters == 0 && snap.holders.empty()) {
           std::printf("would remove %s\n", semtop::printable(key).c_str());
           ++removed;
@@ -125,13 +202,20 @@ int gc(bool dry_run, const std::string& prefix) {
       } else {
         ++kept;
       }
+    } catch (const shmsem::SegmentError& e) {
+      if (e.code() == shmsem::errc::not_found) continue;  // removed meanwhile
+      error_message(semtop::printable(key) + ": " + e.what());
+      ++kept;
+      rc = kFailure;
     } catch (const std::exception& e) {
       error_message(semtop::printable(key) + ": " + e.what());
       ++kept;
       rc = kFailure;
     }
   }
-  std::printf("%s %d, kept %d\n", dry_run ? "would remove" : "removed", removed, kept);
+  std::printf("%s %d, kept %d", dry_run ? "would remove" : "removed", removed, kept);
+  if (others) std::printf(" (%d of other users, left to them)", others);
+  std::printf("\n");
   return rc;
 }
 
@@ -144,13 +228,15 @@ void add_admin_commands(CLI::App& app, int& result) {
       int permits = 0;
     };
     auto a = std::make_shared<args>();
+    auto trust = std::make_shared<shmsem::Options>();
     auto* cmd = app.add_subcommand("create", "Create a semaphore with N seats");
     cmd->add_option("key", a->key, "Semaphore key")->required();
     cmd->add_option("-p,--permits", a->permits, "Capacity")
         ->required()
         ->check(CLI::Range(1, 1'000'000));
     cmd->add_option("--mode", a->mode, "File mode, octal (default 0600; 0660 shares with group)");
-    cmd->callback([a, &result] { result = create(a->key, a->permits, a->mode); });
+    add_trust_option(cmd, trust->trusted_owners);
+    cmd->callback([a, trust, &result] { result = create(a->key, a->permits, a->mode, *trust); });
   }
   {
     auto key = std::make_shared<std::string>();
@@ -179,17 +265,23 @@ void add_admin_commands(CLI::App& app, int& result) {
   {
     auto key = std::make_shared<std::string>();
     auto wait = std::make_shared<std::string>();
+    auto trust = std::make_shared<shmsem::Options>();
     auto* cmd = app.add_subcommand("wait-idle", "Wait until no seat is held (exit 1 on timeout)");
     cmd->add_option("key", *key, "Semaphore key")->required();
     cmd->add_option("-w,--wait", *wait, "Give up after this long (500ms, 10s, 5m, or seconds)");
-    cmd->callback([key, wait, &result] { result = wait_idle(*key, *wait); });
+    add_trust_option(cmd, trust->trusted_owners);
+    cmd->callback([key, wait, trust, &result] { result = wait_idle(*key, *wait, *trust); });
   }
   {
     auto key = std::make_shared<std::string>();
+    auto force = std::make_shared<bool>(false);
     auto* cmd = app.add_subcommand(
-        "rm", "Remove a semaphore's name (processes that have it open keep their copy)");
+        "rm", "Remove a semaphore that no live process uses (exit 6, naming them, if some do)");
     cmd->add_option("key", *key, "Semaphore key")->required();
-    cmd->callback([key, &result] { result = rm(*key); });
+    cmd->add_flag("--force", *force,
+                  "Remove it even while in use: its users keep the old copy, new openers get a "
+                  "new semaphore, and the bound is split until they reopen");
+    cmd->callback([key, force, &result] { result = rm(*key, *force); });
   }
   {
     auto dry = std::make_shared<bool>(false);

@@ -3,6 +3,10 @@
 
 #include <shmsem/errors.hpp>
 
+#include <CLI/CLI.hpp>
+
+#include "model.hpp"
+
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -63,6 +67,17 @@ void error_message(const std::string& message) {
 
 int report_error(const std::exception& e) {
   error_message(e.what());
+  return exit_code_for(e);
+}
+
+void add_trust_option(CLI::App* cmd, std::vector<std::string>& owners) {
+  cmd->add_option("--trust-owner", owners,
+                  "Trust segments of this user on purpose (user name or uid; repeatable): "
+                  "by default only your own and root's are used")
+      ->check(CLI::Validator(semtop::check_user, "USER"));
+}
+
+int exit_code_for(const std::exception& e) {
   if (const auto* err = dynamic_cast<const shmsem::Error*>(&e)) {
     if (err->code() == shmsem::errc::not_found) return kNotFound;
     if (dynamic_cast<const shmsem::SegmentError*>(&e)) return kSegment;

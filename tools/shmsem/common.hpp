@@ -7,6 +7,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+namespace CLI {
+class App;
+}
 
 namespace shmsem_cli {
 
@@ -18,6 +23,7 @@ enum exit_code : int {
   kNotFound = 3,  ///< no such semaphore
   kSegment = 4,   ///< the segment is unusable: corrupt, incompatible, no permission, full
   kFailure = 5,   ///< anything else that failed
+  kInUse = 6,     ///< rm: live processes use the semaphore (--force removes it anyway)
   kCannotExec = 126,
   kNotExecutable = 127,  ///< run: COMMAND not found
 };
@@ -31,6 +37,13 @@ std::optional<unsigned> parse_mode(std::string_view text);
 
 /// Prints "shmsem: <what>" to stderr and returns the exit code for e.
 int report_error(const std::exception& e);
+
+/// The exit code for e, without printing anything.
+int exit_code_for(const std::exception& e);
+
+/// Adds --trust-owner USER (repeatable) to a command, filling `owners`
+/// (Options::trusted_owners). USER is a user name or a uid.
+void add_trust_option(CLI::App* cmd, std::vector<std::string>& owners);
 
 /// Prints "shmsem: <message>" to stderr.
 void error_message(const std::string& message);

@@ -1,6 +1,7 @@
 // shmsem/inspect_commands.cpp: ls, info and metrics. They read through the
-// library's lock-free snapshots (the same model semtop uses), so inspecting
-// never stalls the fleet.
+// library's read-only inspection (the same model semtop uses): they never
+// attach, never write to a segment and never stall the fleet, and they show
+// a segment of an untrusted owner as such instead of refusing it.
 #include "commands.hpp"
 #include "common.hpp"
 #include "model.hpp"
@@ -18,9 +19,9 @@
 namespace shmsem_cli {
 namespace {
 
-int ls(bool json) {
+int ls(bool json, const shmsem::Options& trust) {
   semtop::model m;
-  m.update(semtop::sample_all(), semtop::clock::now());
+  m.update(semtop::sample_all(trust), semtop::clock::now());
   const auto rows = m.rows();
   if (json) {
     auto arr = nlohmann::json::array();
@@ -31,31 +32,49 @@ int ls(bool json) {
   std::size_t kw = 3;
   for (const auto& r : rows) kw = std::max(kw, semtop::printable(r.key).size());
   const int w = static_cast<int>(kw);
-  std::printf("%-*s %11s %5s %5s %5s %7s %7s\n", w, "KEY", "USED/CAP", "WAIT", "UTIL%", "EWMA",
-              "HOLDERS", "OLDEST");
+  std::printf("%-*s %11s %5s %5s %5s %7s %7s  %-10s %-4s\n", w, "KEY", "USED/CAP", "WAIT", "UTIL%",
+              "EWMA", "HOLDERS", "OLDEST", "OWNER", "MODE");
   for (const auto& r : rows) {
+    const auto c = semtop::cells(r);
+    const std::string note = c.note.empty() ? "" : "  " + c.note;
     if (!r.ok()) {
-      std::printf("%-*s %s\n", w, semtop::printable(r.key).c_str(),
-                  semtop::printable(r.error).c_str());
+      std::printf("%-*s %s%s%s\n", w, semtop::printable(r.key).c_str(),
+                  semtop::printable(r.error).c_str(),
+                  c.owner.empty() ? "" : ("  (owner " + c.owner + ", mode " + c.mode + ")").c_str(),
+                  c.note == r.error ? "" : note.c_str());
       continue;
     }
-    const auto c = semtop::cells(r);
-    std::printf("%-*s %11s %5s %5s %5s %7zu %7s\n", w, c.key.c_str(), c.used_cap.c_str(),
-                c.wait.c_str(), c.util_pct.c_str(), c.ewma.c_str(), r.snap->holders.size(),
-                c.oldest.c_str());
+    std::printf("%-*s %11s %5s %5s %5s %7zu %7s  %-10s %-4s%s\n", w, c.key.c_str(),
+                c.used_cap.c_str(), c.wait.c_str(), c.util_pct.c_str(), c.ewma.c_str(),
+                r.snap->holders.size(), c.oldest.c_str(), c.owner.c_str(), c.mode.c_str(),
+                note.c_str());
   }
   return kOk;
 }
 
-int info(const std::string& key, bool json) {
-  // Attach first, so "no such semaphore" and "corrupt" get their own codes.
-  shmsem::Options options;
-  options.open_timeout = semtop::kInspectOpenTimeout;
-  auto sem = semtop::attach_existing(key, options);
+int info(const std::string& key, bool json, const shmsem::Options& trust) {
+  // Read-only and without trusting the owner: info shows whose it is
+  // instead. Read first, so "no such semaphore" and "corrupt" keep their codes.
   semtop::sample s;
   s.key = key;
-  s.snap = sem.snapshot();
+  try {
+    s.snap = semtop::inspect_existing(key, trust);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    try {
+      const auto o = shmsem::Semaphore::owner(key, trust);
+      what += " (owner " + semtop::owner_text(o) + ", mode " + semtop::mode_cell(o.mode) + ")";
+    } catch (const std::exception&) {
+    }
+    error_message(what);
+    return exit_code_for(e);
+  }
   s.snap->key = key;
+  s.owner = s.snap->owner;
+  try {
+    s.users = shmsem::Semaphore::users(key);
+  } catch (const std::exception&) {
+  }
   std::vector<semtop::sample> v;
   v.push_back(std::move(s));
   semtop::model m;
@@ -81,18 +100,25 @@ int metrics(const std::string& textfile) {
 void add_inspect_commands(CLI::App& app, int& result) {
   {
     auto json = std::make_shared<bool>(false);
-    auto* cmd = app.add_subcommand("ls", "List the semaphores of this host");
+    auto trust = std::make_shared<shmsem::Options>();
+    auto* cmd = app.add_subcommand(
+        "ls", "List the semaphores of this host, with owner and mode (read-only, any owner)");
     cmd->add_flag("--json", *json, "Print JSON: every semaphore with its stats and holders");
-    cmd->callback([json, &result] { result = ls(*json); });
+    add_trust_option(cmd, trust->trusted_owners);
+    cmd->callback([json, trust, &result] { result = ls(*json, *trust); });
   }
   {
     auto key = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
+    auto trust = std::make_shared<shmsem::Options>();
     auto* cmd = app.add_subcommand(
-        "info", "Show capacity, used, waiters, EWMA, stats and holders of one semaphore");
+        "info",
+        "Show owner, capacity, used, waiters, EWMA, stats, holders and the processes using one "
+        "semaphore (read-only, any owner)");
     cmd->add_option("key", *key, "Semaphore key")->required();
     cmd->add_flag("--json", *json, "Print JSON");
-    cmd->callback([key, json, &result] { result = info(*key, *json); });
+    add_trust_option(cmd, trust->trusted_owners);
+    cmd->callback([key, json, trust, &result] { result = info(*key, *json, *trust); });
   }
   {
     auto textfile = std::make_shared<std::string>();

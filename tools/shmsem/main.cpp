@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "shmsem: take, inspect and administer the fleet-wide semaphores of this host.\n"
       "Exit codes: 0 ok, 1 no seat / timed out (run: -E), 2 usage, 3 no such semaphore,\n"
-      "4 segment unusable, 5 other failure; run passes COMMAND's status through.",
+      "4 segment unusable (untrusted owner included), 5 other failure, 6 in use (rm);\n"
+      "run passes COMMAND's status through.",
       "shmsem"};
   app.set_version_flag("-V,--version", std::string("shmsem ") + shmsem::kVersionString);
   app.require_subcommand(1);

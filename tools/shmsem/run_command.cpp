@@ -1,8 +1,14 @@
 // shmsem/run_command.cpp: `shmsem run`, the flock(1)-style wrapper. It
-// takes the seats, runs COMMAND as a child, and exits with its status. If
-// the wrapper is SIGKILLed the library reclaims its seats like any dead
-// holder's, and the child is killed too (PR_SET_PDEATHSIG), so the bound of
-// N commands at once still holds.
+// takes the seats, runs COMMAND as a child, and exits with its status.
+//
+// The seat is held for COMMAND's whole process tree, as flock(1) holds its
+// lock: COMMAND inherits a descriptor of the wrapper's liveness token
+// (Semaphore::inheritable_liveness_fd), so the wrapper counts as alive for
+// as long as any process of the tree keeps it open. If the wrapper is
+// SIGKILLed, COMMAND is killed too (PR_SET_PDEATHSIG), but a grandchild that
+// still runs keeps the seat until it exits; if COMMAND exits while such a
+// process still runs, the wrapper leaves the seat to it. --close-token
+// opts out: then only the wrapper and COMMAND hold the seat.
 //
 // Signals. COMMAND stays in the wrapper's process group, so a SIGINT,
 // SIGTERM or SIGHUP sent to the group (Ctrl-C, kill -- -PGID, timeout(1))
@@ -16,7 +22,8 @@
 // reached the witness too, from the same sender, reached COMMAND; any other
 // is passed on, kWindowNs after it arrived. A signal ignored when the wrapper
 // starts (nohup) stays ignored, by the wrapper and by COMMAND, as with
-// flock(1).
+// flock(1). The witness is no part of COMMAND's tree: it holds no token and
+// dies with the wrapper, so it never keeps a seat.
 #include "commands.hpp"
 #include "common.hpp"
 #include "model.hpp"
@@ -36,6 +43,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -58,8 +66,13 @@ struct run_options {
   bool skip = false;
   int conflict_code = kConflict;
   bool verbose = false;
+  bool close_token = false;
+  shmsem::Options trust;
   std::vector<std::string> command;
 };
+
+// The environment variable that tells COMMAND which descriptor holds the seat.
+constexpr const char* kTokenFdVariable = "SHMSEM_RUN_TOKEN_FD";
 
 constexpr int kPassedOn[] = {SIGINT, SIGTERM, SIGHUP};
 
@@ -150,14 +163,7 @@ class witness {
     }
     report_fd_ = fds[0];
   }
-  ~witness() {
-    close_fd(report_fd_);
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
-      }
-    }
-  }
+  ~witness() { stop(); }
   witness(const witness&) = delete;
   witness& operator=(const witness&) = delete;
 
@@ -165,18 +171,37 @@ class witness {
   bool present() const { return report_fd_ >= 0; }
   pid_t pid() const { return pid_; }
   void lost() { close_fd(report_fd_); }
+  // Ends the witness (before an exit that skips destructors).
+  void stop() {
+    close_fd(report_fd_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      pid_ = -1;
+    }
+  }
 
  private:
   [[noreturn]] static void watch(int report_fd, const sigset_t& watched, pid_t parent) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(0);
     ::prctl(PR_SET_NAME, "shmsem-witness");
-    // Hold no one's terminal or pipe open.
+    // Hold no one's terminal or pipe open, and no liveness token: a token
+    // descriptor the wrapper inherited (a `shmsem run` inside another one)
+    // would otherwise be held by the witness too.
+    if (report_fd < 3 && (report_fd = ::fcntl(report_fd, F_DUPFD, 3)) < 0) ::_exit(0);
     const int null = ::open("/dev/null", O_RDWR);
     if (null >= 0) {
       for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
       if (null > 2) ::close(null);
     }
+    if (report_fd != 3) {
+      if (::dup2(report_fd, 3) < 0) ::_exit(0);
+      report_fd = 3;
+    }
+    if (::close_range(4, ~0u, 0) != 0)
+      for (int fd = 4; fd < 1024; ++fd) ::close(fd);
     for (;;) {
       siginfo_t info;
       const int sig = ::sigwaitinfo(&watched, &info);
@@ -331,10 +356,23 @@ class signal_router {
 // fork + exec with only async-signal-safe calls in the child. An exec
 // failure comes back as an errno through a close-on-exec pipe. The child
 // starts with the signal dispositions and mask the wrapper started with.
-pid_t spawn(const std::vector<std::string>& command, const sigset_t& start_mask, int& exec_errno) {
+// `token_fd` (if >= 0) is made inheritable in the child and named in its
+// environment.
+pid_t spawn(const std::vector<std::string>& command, const sigset_t& start_mask, int token_fd,
+            int& exec_errno) {
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The environment is built before fork: the child may only call
+  // async-signal-safe functions.
+  const std::string prefix = std::string(kTokenFdVariable) + "=";
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) env_text.emplace_back(*e);
+  if (token_fd >= 0) env_text.push_back(prefix + std::to_string(token_fd));
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::system_category(), "pipe");
   const pid_t parent = ::getpid();
@@ -351,7 +389,8 @@ pid_t spawn(const std::vector<std::string>& command, const sigset_t& start_mask,
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(kCannotExec);
     ::sigprocmask(SIG_SETMASK, &start_mask, nullptr);
-    ::execvp(argv[0], argv.data());
+    if (token_fd >= 0) ::fcntl(token_fd, F_SETFD, 0);  // inherited by COMMAND and its children
+    ::execvpe(argv[0], argv.data(), envp.data());
     const int e = errno;
     ssize_t ignored = ::write(fds[1], &e, sizeof e);
     (void)ignored;
@@ -449,8 +488,8 @@ int run(const run_options& o) {
   const sigset_t pass_on = signals_to_pass_on();
   // Forked before the library starts any thread.
   witness w(pass_on);
-  auto sem =
-      o.permits ? shmsem::Semaphore::open(o.key, *o.permits) : semtop::attach_existing(o.key);
+  auto sem = o.permits ? shmsem::Semaphore::open(o.key, *o.permits, o.trust)
+                       : semtop::attach_existing(o.key, o.trust);
   shmsem::AcquireOptions ao;
   if (ttl) ao.ttl = *ttl;
   if (o.auto_renew) ao.auto_renew = true;
@@ -486,14 +525,20 @@ int run(const run_options& o) {
   ::sigprocmask(SIG_BLOCK, &pass_on, &old);
   int exec_errno = 0;
   pid_t pid;
+  // Made before fork: the library gives a forked child a fresh description
+  // of its own segment descriptor, but leaves this copy as it is. The
+  // witness, forked before the semaphore was opened, never holds it.
+  const int token_fd = o.close_token ? -1 : sem.inheritable_liveness_fd();
   try {
-    pid = spawn(o.command, start_mask, exec_errno);
+    pid = spawn(o.command, start_mask, token_fd, exec_errno);
   } catch (...) {
+    if (token_fd >= 0) ::close(token_fd);
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     ::close(signal_pipe[0]);
     ::close(signal_pipe[1]);
     throw;
   }
+  if (token_fd >= 0) ::close(token_fd);
   g_signal_fd = signal_pipe[1];
   struct sigaction sa {};
   sa.sa_sigaction = on_signal;
@@ -516,6 +561,24 @@ int run(const run_options& o) {
   if (exec_errno != 0) {
     error_message(o.command[0] + ": " + std::strerror(exec_errno));
     status = exec_errno == ENOENT ? kNotExecutable : kCannotExec;
+  }
+  if (token_fd >= 0 && exec_errno == 0 && permit->is_held()) {
+    // COMMAND is gone, but a process it started may still run with the
+    // token: the seat is then theirs, and comes back when the last of them
+    // exits or closes the descriptor.
+    std::string keepers;
+    for (const auto& u : shmsem::Semaphore::users(o.key))
+      if (!u.removed_copy && u.pid != ::getpid() && u.holder_pid == ::getpid())
+        keepers +=
+            (keepers.empty() ? "pid " : ", pid ") + std::to_string(u.pid) + " (" + u.command + ")";
+    if (!keepers.empty()) {
+      error_message(o.key + ": COMMAND exited; " + keepers +
+                    ", which it started, keeps the seat (descriptor $" + kTokenFdVariable +
+                    ") until it exits or closes it");
+      std::cout.flush();
+      w.stop();
+      std::_Exit(status);  // without releasing: the seat now lives with them
+    }
   }
   try {
     permit->release();
@@ -548,6 +611,10 @@ void add_run_command(CLI::App& app, int& result) {
                   "Exit code when no seat can be had (default 1)")
       ->check(CLI::Range(0, 255));
   cmd->add_flag("-v,--verbose", o->verbose, "Say on stderr when the seat is taken or refused");
+  cmd->add_flag("--close-token", o->close_token,
+                "Do not pass COMMAND the descriptor that holds the seat: the seat is then held "
+                "only while shmsem run and COMMAND live, not by processes COMMAND leaves behind");
+  add_trust_option(cmd, o->trust.trusted_owners);
   cmd->add_option("command", o->command, "COMMAND [ARGS...], after --");
   cmd->callback([o, &result] { result = run(*o); });
 }

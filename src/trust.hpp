@@ -1,0 +1,67 @@
+// trust.hpp: whose segments a process accepts, and whether the name it
+// opened still leads to the segment it uses.
+//
+// /dev/shm is writable by every user (mode 1777), so any local user can
+// create the file of a key before its service does, with a capacity and
+// contents of their choosing (the /tmp squatting flaw, CWE-377). Before a
+// byte of a segment is trusted, the descriptor actually opened is checked
+// with fstat: its owner must be this process's effective uid or root; or
+// this process is not root and the file is not writable by others (a group
+// can only be given a file by a member of it, so the group was chosen by
+// the owner); or the owner is named in Options::trusted_owners.
+//
+// Removing (or replacing) the file of a semaphore that processes still use
+// splits it in two: they keep the old copy, and the next opener creates a
+// new one. A process notices during the periodic work of a blocked acquire
+// or wait_idle(), never on the hot path, and says so once.
+#pragma once
+
+#include <shmsem/stats.hpp>
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shmsem::detail {
+
+struct attachment;
+
+/// Throws std::invalid_argument for an empty entry of Options::trusted_owners.
+void validate_trusted_owners(const std::vector<std::string>& owners);
+
+/// Whether a process with effective uid `euid` accepts a segment file whose
+/// status is `st`, trusting also the users in `trusted_owners` (names or
+/// decimal uids).
+bool owner_trusted(const struct ::stat& st, uid_t euid,
+                   const std::vector<std::string>& trusted_owners);
+
+/// Throws SegmentError (errc::untrusted_owner) unless this process accepts
+/// the segment file whose status is `st`. The message names the key, the
+/// path, the owner (name and uid), the mode, and how to trust it on purpose.
+void check_owner(const struct ::stat& st, std::string_view key, const std::string& path,
+                 const std::vector<std::string>& trusted_owners);
+
+/// The owner, group and mode in `st`, with their names and this process's verdict.
+SegmentOwner describe_owner(const struct ::stat& st,
+                            const std::vector<std::string>& trusted_owners);
+
+/// "nobody (uid 65534)", or "uid 64001" for a uid without a name.
+std::string owner_text(const SegmentOwner& o);
+
+/// True if the name `a` was opened under leads to the file `a` has open
+/// (one lstat).
+bool name_points_here(const attachment& a);
+
+/// Periodic work only: about once a second at most, checks that `a`'s name
+/// still leads to its file, and logs a warning, once per attachment, the
+/// first time it does not.
+void watch_name(attachment& a) noexcept;
+
+/// Fills the owner and the name's state of a snapshot of `a`.
+void describe_segment(const attachment& a, const std::vector<std::string>& trusted_owners,
+                      Snapshot& s);
+
+}  // namespace shmsem::detail

@@ -1,0 +1,294 @@
+// ownership_test.cpp: squatted segments. /dev/shm is writable by every
+// user, so a user can create a key's file before its service does. Real
+// uids: root (the test process), nobody, and bare uids without a passwd
+// entry, set with setgid/setuid in forked children. Root refuses a segment
+// another user made unless told to trust that user, and leaves it byte for
+// byte as it was; root's segments are trusted by everyone; a group shares a
+// 0660 segment; inspect() reads any of them without writing.
+#include <shmsem/shmsem.hpp>
+
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "layout.hpp"
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uid_t kNobody = 65534;
+constexpr gid_t kNogroup = 65534;
+constexpr gid_t kSharedGroup = 64998;
+
+bool become(uid_t uid, gid_t gid, std::vector<gid_t> groups = {}) {
+  return ::setgroups(groups.size(), groups.data()) == 0 && ::setgid(gid) == 0 &&
+         ::setuid(uid) == 0 && ::geteuid() == uid;
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+template <class T>
+T read_at(const std::string& bytes, std::size_t offset) {
+  T v{};
+  if (offset + sizeof v <= bytes.size()) std::memcpy(&v, bytes.data() + offset, sizeof v);
+  return v;
+}
+
+// Whether every attached holder of the segment at `path` has armed its
+// lifeline. A process's lifeline thread does that after attach() returns,
+// and so writes to the segment then, whoever else reads it.
+bool lifelines_armed(const std::string& path) {
+  using namespace detail::layout;
+  const std::string bytes = contents(path);
+  const auto slots = read_at<std::uint32_t>(bytes, offsetof(segment_header, holder_slots));
+  if (slots == 0) return false;
+  for (std::uint32_t i = 0; i < slots; ++i) {
+    const std::size_t record = kHoldersOffset + i * sizeof(holder_record);
+    if (read_at<std::uint32_t>(bytes, record + offsetof(holder_record, state)) == kHolderAttached &&
+        read_at<std::uint32_t>(bytes, record + offsetof(holder_record, lifeline_state)) !=
+            kLifelineArmed)
+      return false;
+  }
+  return true;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// `uid` creates `key` with `capacity` seats and `mode` in a child of its own.
+void create_as(uid_t uid, gid_t gid, const std::string& key, int capacity, mode_t mode,
+               std::vector<gid_t> groups = {}) {
+  test::child_process creator([&] {
+    if (!become(uid, gid, groups)) return 10;
+    Options o;
+    o.mode = mode;
+    Semaphore sem = Semaphore::open(key, capacity, o);
+    return sem.capacity() == capacity ? 0 : 11;
+  });
+  ASSERT_EQ(creator.wait(), 0);
+  struct stat st;
+  ASSERT_EQ(::stat(Semaphore::segment_path(key).c_str(), &st), 0);
+  ASSERT_EQ(st.st_uid, uid);
+  ASSERT_EQ(st.st_mode & 0777, mode);
+}
+
+class Ownership : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) SHMSEM_SKIP_WITHOUT_CAPABILITY("needs root to switch users");
+  }
+};
+
+TEST_F(Ownership, RootRefusesASegmentNobodyCreatedAndLeavesItUntouched) {
+  test::unique_key key;
+  create_as(kNobody, kNogroup, key.str(), 100, 0666);
+  const std::string path = Semaphore::segment_path(key);
+  const std::string before = contents(path);
+  for (int call = 0; call < 2; ++call) {
+    try {
+      if (call == 0) Semaphore::open(key, 2);
+      if (call == 1) Semaphore::attach(key);
+      FAIL() << "root accepted a segment nobody made (call " << call << ")";
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), errc::untrusted_owner) << e.what();
+      EXPECT_EQ(e.code(), std::errc::permission_denied);
+      const std::string what = e.what();
+      for (const std::string& part :
+           {key.str(), path, std::string("nobody"), std::string("uid 65534"),
+            std::string("mode 0666"), std::string("trusted_owners"), std::string("--trust-owner")})
+        EXPECT_TRUE(contains(what, part)) << "'" << part << "' missing from: " << what;
+    }
+  }
+  EXPECT_EQ(contents(path), before) << "the refused segment was written to";
+  // Nobody still finds its semaphore as it made it.
+  test::child_process check([&] {
+    if (!become(kNobody, kNogroup)) return 10;
+    Semaphore sem = Semaphore::attach(key);
+    return sem.capacity() == 100 && sem.used() == 0 ? 0 : 11;
+  });
+  EXPECT_EQ(check.wait(), 0);
+}
+
+TEST_F(Ownership, RootAttachesWhenItTrustsTheOwnerOnPurpose) {
+  test::unique_key key;
+  create_as(kNobody, kNogroup, key.str(), 100, 0666);
+  for (const std::string owner : {"nobody", "65534"}) {
+    Options o;
+    o.trusted_owners = {"someone-else-entirely", owner};
+    Semaphore sem = Semaphore::open(key, 2, o);
+    EXPECT_EQ(sem.capacity(), 100) << owner;  // the existing capacity stands
+    EXPECT_TRUE(sem.acquire().is_held());
+    EXPECT_TRUE(sem.snapshot().owner.trusted);
+    EXPECT_EQ(sem.snapshot().owner.user, "nobody");
+  }
+  EXPECT_THROW(Semaphore::open(key, 2, {.trusted_owners = {""}}), std::invalid_argument);
+}
+
+TEST_F(Ownership, AHandleOpenedWithTrustDoesNotLendItToAnOpenWithout) {
+  test::unique_key key;
+  create_as(kNobody, kNogroup, key.str(), 3, 0666);
+  Semaphore trusted = Semaphore::open(key, 3, {.trusted_owners = {"nobody"}});
+  try {
+    Semaphore::attach(key);
+    FAIL() << "a second handle without the opt-in shared the trusted attachment";
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), errc::untrusted_owner);
+  }
+}
+
+TEST_F(Ownership, NobodyAttachesToRootsWorldWritableSegment) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 2, {.mode = 0666});
+  test::child_process nobody([&] {
+    if (!become(kNobody, kNogroup)) return 10;
+    Semaphore s = Semaphore::attach(key);
+    Permit p = s.acquire();
+    return p.is_held() && s.snapshot().owner.trusted ? 0 : 11;
+  });
+  EXPECT_EQ(nobody.wait(), 0);
+}
+
+TEST_F(Ownership, AUserRefusesAnotherUsersWorldWritableSegment) {
+  test::unique_key key;
+  create_as(64011, 64011, key.str(), 5, 0666);
+  test::child_process other([&] {
+    if (!become(64012, 64012)) return 10;
+    try {
+      Semaphore::attach(key);
+      return 11;
+    } catch (const SegmentError& e) {
+      if (e.code() != errc::untrusted_owner) return 12;
+      if (!contains(e.what(), "uid 64011")) return 13;  // no passwd entry: the uid alone
+    }
+    Semaphore s = Semaphore::attach(key, {.trusted_owners = {"64011"}});
+    return s.capacity() == 5 ? 0 : 14;
+  });
+  EXPECT_EQ(other.wait(), 0);
+}
+
+TEST_F(Ownership, AGroupSharesA0660SegmentAndOutsidersAreRefusedAsBefore) {
+  test::unique_key key;
+  create_as(64021, kSharedGroup, key.str(), 2, 0660);
+  struct stat st;
+  ASSERT_EQ(::stat(Semaphore::segment_path(key).c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, kSharedGroup);
+  // Another member (through a supplementary group): not o+w, so trusted.
+  test::child_process member([&] {
+    if (!become(64022, 64022, {kSharedGroup})) return 10;
+    Semaphore s = Semaphore::attach(key);
+    Permit p = s.acquire();
+    return p.is_held() && s.snapshot().owner.trusted ? 0 : 11;
+  });
+  EXPECT_EQ(member.wait(), 0);
+  test::child_process outsider([&] {
+    if (!become(64023, 64023)) return 10;
+    try {
+      Semaphore::attach(key);
+      return 11;
+    } catch (const SegmentError& e) {
+      return e.code() == errc::permission_denied ? 0 : 12;
+    }
+  });
+  EXPECT_EQ(outsider.wait(), 0);
+  // Root trusts no user's segment by default, the group's included.
+  EXPECT_THROW(
+      {
+        try {
+          Semaphore::attach(key);
+        } catch (const SegmentError& e) {
+          EXPECT_EQ(e.code(), errc::untrusted_owner);
+          throw;
+        }
+      },
+      SegmentError);
+  EXPECT_NO_THROW(Semaphore::attach(key, {.trusted_owners = {"64021"}}));
+}
+
+TEST_F(Ownership, InspectReadsAnUntrustedSegmentWithoutWritingToIt) {
+  test::unique_key key;
+  test::pipe_channel held, go;
+  // Nobody's holder: a lease for the copy to show, and a live token.
+  test::child_process holder([&] {
+    if (!become(kNobody, kNogroup)) return 10;
+    Semaphore s = Semaphore::open(key, 100, {.mode = 0666});
+    Permit p = s.acquire(3);
+    held.send();
+    go.receive();
+    return 0;
+  });
+  ASSERT_EQ(held.receive(), '.');
+  const std::string path = Semaphore::segment_path(key);
+  ASSERT_TRUE(test::eventually([&] { return lifelines_armed(path); }));
+  const std::string before = contents(path);
+  const Snapshot s = Semaphore::inspect(key);
+  EXPECT_EQ(contents(path), before) << "inspect() wrote to the segment";
+  EXPECT_EQ(s.capacity, 100);
+  EXPECT_EQ(s.used, 3);
+  ASSERT_EQ(s.holders.size(), 1u);
+  EXPECT_EQ(s.holders[0].pid, holder.pid());
+  EXPECT_EQ(s.holders[0].state, HolderState::alive);
+  EXPECT_EQ(s.owner.uid, kNobody);
+  EXPECT_EQ(s.owner.user, "nobody");
+  EXPECT_EQ(s.owner.mode, 0666u);
+  EXPECT_FALSE(s.owner.trusted);
+  EXPECT_TRUE(s.name_still_points_here);
+  EXPECT_TRUE(Semaphore::inspect(key, {.trusted_owners = {"nobody"}}).owner.trusted);
+  // inspect() does not attach: the segment counts as unused once nobody's
+  // holder is gone, while we keep reading it.
+  const auto users = Semaphore::users(key);
+  ASSERT_EQ(users.size(), 1u);
+  EXPECT_EQ(users[0].pid, holder.pid());
+  EXPECT_EQ(users[0].seats, 3);
+  EXPECT_TRUE(users[0].attached);
+  go.send();
+  EXPECT_EQ(holder.wait(), 0);
+  EXPECT_TRUE(Semaphore::users(key).empty());
+  EXPECT_EQ(Semaphore::inspect(key).used, 0);
+  EXPECT_TRUE(Semaphore::remove_if_unused(key));
+}
+
+TEST_F(Ownership, OwnerIsKnownEvenWhenTheSegmentCannotBeRead) {
+  test::unique_key key;
+  create_as(64031, 64031, key.str(), 1, 0600);
+  test::child_process other([&] {
+    if (!become(64032, 64032)) return 10;
+    try {
+      Semaphore::inspect(key);
+      return 11;
+    } catch (const SegmentError& e) {
+      if (e.code() != errc::permission_denied) return 12;
+    }
+    const SegmentOwner o = Semaphore::owner(key);
+    return o.uid == 64031 && o.user.empty() && o.mode == 0600 ? 0 : 13;
+  });
+  EXPECT_EQ(other.wait(), 0);
+}
+
+TEST_F(Ownership, ANewSegmentGetsExactlyTheModeAskedForWhateverTheUmask) {
+  test::unique_key key;
+  test::child_process creator([&] {
+    if (!become(64041, 64041)) return 10;
+    ::umask(0077);
+    Semaphore s = Semaphore::open(key, 1, {.mode = 0640});
+    struct stat st;
+    if (::stat(Semaphore::segment_path(key).c_str(), &st) != 0) return 11;
+    return st.st_uid == 64041 && (st.st_mode & 07777) == 0640 ? 0 : 12;
+  });
+  EXPECT_EQ(creator.wait(), 0);
+}
+
+}  // namespace
+}  // namespace shmsem
