@@ -71,7 +71,10 @@ enum class OnUnavailable {
 };
 
 /// What a call does when the semaphore's segment cannot be opened at all
-/// (permission denied, /dev/shm read-only or full, a corrupt file).
+/// (permission denied, /dev/shm read-only or full, a corrupt file). A
+/// segment of an untrusted owner (errc::untrusted_owner) is always treated
+/// as fail_closed: any local user can create a key's file first, and must
+/// not be able to switch the bound off that way.
 enum class FailMode {
   fail_open,    ///< run the body without a bound; warn once per key (the default)
   fail_closed,  ///< treat it as unavailable: AcquisitionError with Reason::error
@@ -378,8 +381,9 @@ class Bounded {
     std::shared_ptr<Semaphore> sem;
     try {
       sem = svc.semaphore(key, st.permits);
-    } catch (const SegmentError&) {
-      if (st.fail_mode == FailMode::fail_open && !shutdown_requested()) {
+    } catch (const SegmentError& e) {
+      if (st.fail_mode == FailMode::fail_open && e.code() != errc::untrusted_owner &&
+          !shutdown_requested()) {
         detail::warn_fail_open(key, std::current_exception());
         return run(fn, std::forward<Args>(args)...);
       }

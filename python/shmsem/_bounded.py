@@ -19,7 +19,7 @@ import string
 import threading
 from typing import Any, Callable, Dict, Optional, Union
 
-from ._types import AcquisitionError, SegmentError
+from ._types import AcquisitionError, SegmentError, UntrustedOwnerError
 
 _log = logging.getLogger("shmsem")
 
@@ -119,7 +119,9 @@ def bounded(key: str, permits: int = 1, *, timeout: Optional[float] = None,
             try:
                 return _semaphore(k, permits)
             except SegmentError as e:
-                if fail_mode == "open":
+                # Any local user can create the key's file first: a
+                # segment of an untrusted owner never switches the bound off.
+                if fail_mode == "open" and not isinstance(e, UntrustedOwnerError):
                     if k not in _warned_fail_open:
                         _warned_fail_open.add(k)
                         _log.warning("shmsem.bounded: running %s without a bound: %s",

@@ -122,6 +122,30 @@ TEST_F(Ownership, RootRefusesASegmentNobodyCreatedAndLeavesItUntouched) {
   EXPECT_EQ(check.wait(), 0);
 }
 
+TEST_F(Ownership, ASquattedKeyDoesNotSwitchOffAFailOpenBound) {
+  test::unique_key key;
+  create_as(kNobody, kNogroup, key.str(), 100, 0666);
+  Service svc;
+  int ran = 0;
+  auto f = bounded({.key = key.str(), .permits = 1, .service = &svc}, [&] { ++ran; });
+  try {
+    f();
+    FAIL() << "the function ran without a bound on nobody's segment";
+  } catch (const AcquisitionError& e) {
+    EXPECT_EQ(e.reason(), Reason::error) << e.what();
+  }
+  EXPECT_EQ(ran, 0);
+  // A segment that cannot be opened for another cause (here a directory
+  // where its file belongs) still fails open.
+  test::unique_key other;
+  const std::string dir = Semaphore::segment_path(other);
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  auto g = bounded({.key = other.str(), .permits = 1, .service = &svc}, [&] { ++ran; });
+  EXPECT_TRUE(g());
+  ::rmdir(dir.c_str());
+  EXPECT_EQ(ran, 1);
+}
+
 TEST_F(Ownership, RootAttachesWhenItTrustsTheOwnerOnPurpose) {
   test::unique_key key;
   create_as(kNobody, kNogroup, key.str(), 100, 0666);

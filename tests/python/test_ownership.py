@@ -74,3 +74,18 @@ def test_untrusted_owner_error_pickles_with_its_fields():
     f = pickle.loads(pickle.dumps(e))
     assert type(f) is shmsem.UntrustedOwnerError
     assert (str(f), f.code, f.category) == ("owned by nobody", 16, "shmsem")
+
+
+def test_a_squatted_key_does_not_switch_off_a_fail_open_bound(key):
+    create_as_nobody(key, 100)
+    ran = []
+
+    @shmsem.bounded(key, permits=1)
+    def work():
+        ran.append(1)
+
+    with pytest.raises(shmsem.AcquisitionError) as info:
+        work()
+    assert info.value.reason == "error"
+    assert isinstance(info.value.__cause__, shmsem.UntrustedOwnerError)
+    assert ran == []
