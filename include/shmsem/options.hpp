@@ -34,6 +34,17 @@ struct Options {
   /// How long open() waits for another process that is initializing the
   /// segment before it gives up with SegmentError (errc::busy).
   std::chrono::milliseconds open_timeout{5000};
+  /// Redis keys only: how long this process's session (and so its leases
+  /// and queued waits) outlives its last contact with Redis. A holder that
+  /// dies, is stopped or is cut off loses its seats this long after its
+  /// last renewal; a background thread renews at a third of it. A blocked
+  /// waiter sees a SIGKILLed holder's seat within about 4/3 of it. The
+  /// first handle of a key in a process sets it (100 ms .. kMaxDuration).
+  std::chrono::milliseconds session_timeout{3000};
+  /// Redis keys only: the bound on connecting to the server and on each
+  /// command. A call during an outage fails within its wait_timeout plus
+  /// this (1 ms .. kMaxDuration).
+  std::chrono::milliseconds connect_timeout{1000};
 };
 
 /// Settings of one acquire() or try_acquire().

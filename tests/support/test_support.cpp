@@ -1,5 +1,7 @@
 #include "test_support.hpp"
 
+#include "redis_server.hpp"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/futex.h>
@@ -35,6 +37,7 @@ unique_key::unique_key(std::string_view tag) {
          current_test_name();
   if (!tag.empty()) key_ += "." + std::string(tag);
   if (key_.size() > 200) key_.resize(200);
+  if (on_redis()) key_ = backend_url(key_);
   Semaphore::remove(key_);
 }
 
@@ -201,8 +204,10 @@ bool asleep_in_futex(pid_t tid, pid_t pid) {
   std::string line, nr, addr, op;
   if (!std::getline(stat, line) || !(syscall >> nr >> addr >> op)) return false;
   const auto close = line.rfind(')');
+  const unsigned long own_wait =
+      on_redis() ? FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG : FUTEX_WAIT_BITSET;
   return close != std::string::npos && line.compare(close, 3, ") S") == 0 &&
-         nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == FUTEX_WAIT_BITSET;
+         nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == own_wait;
 }
 
 }  // namespace shmsem::test
