@@ -146,11 +146,11 @@ Permit make_permit(const handle& h, const state_ptr& s, std::uint64_t id, const 
   bool poke;
   {
     std::lock_guard g(s->mu);
-    poke = !s->active() || l->auto_renew;
+    poke = !s->watched || l->auto_renew;
     s->leases.push_back(l);
   }
-  // An active state is watched already, with a renewal due no later than
-  // this lease needs one (unless it auto-renews at a shorter TTL).
+  // A watched state has a renewal due no later than this lease needs one
+  // (unless it auto-renews at a shorter TTL): no need to wake the keeper.
   if (poke) keeper::get().watch(s);
   return access::make(l, n, ttl_ms, granted_ns);
 }

@@ -217,6 +217,8 @@ void keeper::watch(const std::shared_ptr<semaphore_state>& s) {
     std::lock_guard g(impl_->mu);
     if (std::find(impl_->watched.begin(), impl_->watched.end(), s) == impl_->watched.end())
       impl_->watched.push_back(s);
+    std::lock_guard sg(s->mu);
+    s->watched = true;
   }
   poke();
 }
@@ -579,7 +581,13 @@ void keeper::run() {
       std::erase_if(k.watched, [&](const auto& s) {
         if (std::find(keep.begin(), keep.end(), s) != keep.end()) return false;
         std::lock_guard sg(s->mu);
-        if (s->active()) return false;
+        if (s->active()) {
+          // It gained work since its due time was computed (without a poke:
+          // it was still watched). Look at it again at once.
+          wake_at = 0;
+          return false;
+        }
+        s->watched = false;
         k.sched.erase(s.get());
         return true;
       });

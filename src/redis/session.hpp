@@ -102,9 +102,12 @@ struct semaphore_state {
   std::vector<std::string> abandoned;  // waits given up without telling Redis
   std::vector<std::string> claimed;    // grants taken, whose records can go
   int idle_watchers = 0;
-  std::uint64_t events = 0;        // bumped at every pub/sub message or renewal
-  bool subscribed = false;         // both channels confirmed by the server
-  bool check_now = false;          // the keeper should renew at once
+  std::uint64_t events = 0;  // bumped at every pub/sub message or renewal
+  bool subscribed = false;   // both channels confirmed by the server
+  bool check_now = false;    // the keeper should renew at once
+  // In the keeper's list: it wakes for this state by its due time without a
+  // poke (a state leaves the list only when it has nothing to keep).
+  bool watched = false;
   std::int64_t expiry_due_ns = 0;  // a lease expires then; 0: none known
   int last_used = 0, last_cap = 0;
 
