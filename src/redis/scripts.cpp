@@ -52,21 +52,35 @@ end
 local function lease_rec(r) return split(r, 7) end
 local function waiter_rec(r) return split(r, 8) end
 
--- The semaphore while the script runs: read by load(), written by save().
+-- The semaphore while the script runs: the fields of the main hash that
+-- most scripts touch are read in one HMGET by load() and written back in
+-- one HSET by save(), rather than a call per counter (each redis.call
+-- costs about as much as the work it does). Rarer counters are bumped with
+-- HINCRBY where they change. `queued` counts the queue, `ttls` the leases
+-- with a TTL and `idlers` the wait_idle() callers, so that a script can
+-- skip a call when there is nothing to look at.
+local HOT = {'format', 'epoch', 'cap', 'used', 'ew', 'ewt', 'seq', 'queued', 'ttls', 'idlers',
+             'acquired', 'released', 'w0', 'ws', 'hs'}
 local S = nil
 
 local function load()
-  local m = redis.pcall('HMGET', P, 'format', 'epoch', 'cap', 'used', 'ew', 'ewt')
+  local m = redis.pcall('HMGET', P, unpack(HOT))
   if m.err then return 'wrongtype' end
   if not m[1] then
     if redis.call('EXISTS', P) == 1 then return 'garbage' end
     return 'absent'
   end
   if m[1] ~= FORMAT or not tonumber(m[3]) or not tonumber(m[4]) then return 'garbage' end
-  S = {epoch = m[2], cap = tonumber(m[3]), used = tonumber(m[4]), ew = tonumber(m[5]) or 0,
-       ewt = tonumber(m[6]) or 0, msgs = {}, changed = false}
+  S = {epoch = m[2], msgs = {}, dirty = {}}
+  for i = 3, #HOT do S[HOT[i]] = tonumber(m[i]) or 0 end
   return 'ok'
 end
+
+local function set(field, v)
+  S[field] = v
+  S.dirty[field] = true
+end
+local function add(field, d) set(field, S[field] + d) end
 
 local function problem(st)
   if st == 'wrongtype' then return {'wrongtype', P, redis.call('TYPE', P).ok} end
@@ -90,7 +104,7 @@ local function create(cap, epoch, now)
   -- The counter starts at the creation time in us: tokens keep growing
   -- across a re-creation after data loss (fewer than one grant per us).
   redis.call('HSET', P, 'format', FORMAT, 'epoch', epoch, 'cap', cap, 'used', 0, 'seq', int(now),
-             'ew', 0, 'ewt', int(now), 'created', int(now))
+             'ew', 0, 'ewt', int(now), 'created', int(now), 'queued', 0, 'ttls', 0, 'idlers', 0)
 end
 
 -- Folds the time since the last change into the average, at the old use.
@@ -109,8 +123,14 @@ local function begin(now)
   return nil
 end
 
+-- One observation of `d` us in histogram 'w' (waits) or 'h' (holds).
 local function hist(prefix, d)
   if d < 0 then d = 0 end
+  add(prefix .. 's', d)
+  if prefix == 'w' and d <= BOUNDS[1] then
+    add('w0', 1)
+    return
+  end
   local i = #BOUNDS
   for k = 1, #BOUNDS do
     if d <= BOUNDS[k] then
@@ -119,7 +139,6 @@ local function hist(prefix, d)
     end
   end
   redis.call('HINCRBY', P, prefix .. i, 1)
-  redis.call('HINCRBY', P, prefix .. 's', int(d))
 end
 
 local function note(sid, m)
@@ -129,39 +148,56 @@ local function note(sid, m)
 end
 
 local function save()
-  if S.changed then
-    redis.call('HSET', P, 'used', S.used, 'cap', S.cap, 'ew', tostring(S.ew), 'ewt', int(S.ewt))
-    if S.used == 0 and redis.call('HLEN', IDLE) > 0 then redis.call('PUBLISH', P .. ':ev-idle', 'i') end
+  -- The average is written only with a change of use or capacity: until
+  -- then, a reader folds the time since ewt in at the same use.
+  if S.dirty.used or S.dirty.cap then
+    S.dirty.ew = true
+    S.dirty.ewt = true
+  end
+  local args = {}
+  for f, _ in pairs(S.dirty) do
+    args[#args + 1] = f
+    args[#args + 1] = f == 'ew' and tostring(S.ew) or int(S[f])
+  end
+  if #args > 0 then redis.call('HSET', P, unpack(args)) end
+  if S.dirty.used and S.used == 0 and S.idlers > 0 then
+    redis.call('PUBLISH', P .. ':ev-idle', 'i')
   end
   for sid, l in pairs(S.msgs) do redis.call('PUBLISH', P .. ':ev:' .. sid, table.concat(l, ' ')) end
 end
 
+local function enqueue(wid) add('queued', redis.call('ZADD', QUEUE, wid, wid)) end
+local function dequeue(wid) add('queued', -redis.call('ZREM', QUEUE, wid)) end
+
 local function new_lease(sid, n, ttl_ms, now, pid, request, host)
-  local id = redis.call('HINCRBY', P, 'seq', 1)
+  local id = S.seq + 1
+  set('seq', id)
   local exp = 0
   if ttl_ms > 0 then
     exp = now + ttl_ms * 1000
     redis.call('ZADD', EXPIRY, int(exp), int(id))
+    add('ttls', 1)
   end
   redis.call('HSET', LEASES, int(id), sid .. '|' .. n .. '|' .. int(now) .. '|' .. int(exp) .. '|' ..
              pid .. '|' .. request .. '|' .. host)
   redis.call('SADD', own(sid), 'l' .. int(id))
-  redis.call('HINCRBY', P, 'acquired', 1)
-  S.used = S.used + n
-  S.changed = true
+  add('acquired', 1)
+  add('used', n)
   return id
 end
 
 -- why: 'released', or the counter of a loss: 'reaped', 'expired', 'force_released'.
 local function end_lease(id, rec, why, now)
   redis.call('HDEL', LEASES, id)
-  redis.call('ZREM', EXPIRY, id)
+  if rec[4] ~= '0' then
+    redis.call('ZREM', EXPIRY, id)
+    add('ttls', -1)
+  end
   redis.call('SREM', own(rec[1]), 'l' .. id)
   local n = tonumber(rec[2])
-  S.used = S.used - n
-  S.changed = true
+  add('used', -n)
   if why == 'released' then
-    redis.call('HINCRBY', P, 'released', 1)
+    add('released', 1)
     hist('h', now - tonumber(rec[3]))
   else
     redis.call('HINCRBY', P, why, 1)
@@ -183,7 +219,11 @@ local function reap_sessions(dead, now)
   local freed = 0
   for _, sid in ipairs(dead) do
     redis.call('ZREM', SESSIONS, sid)
-    redis.call('HDEL', IDLE, sid)
+    local idling = tonumber(redis.call('HGET', IDLE, sid))
+    if idling then
+      redis.call('HDEL', IDLE, sid)
+      add('idlers', -idling)
+    end
     for _, m in ipairs(redis.call('SMEMBERS', own(sid))) do
       local id = string.sub(m, 2)
       if string.sub(m, 1, 1) == 'l' then
@@ -195,7 +235,7 @@ local function reap_sessions(dead, now)
         end
       else
         redis.call('HDEL', WAITERS, id)
-        redis.call('ZREM', QUEUE, id)
+        dequeue(id)
       end
     end
     redis.call('DEL', own(sid))
@@ -208,6 +248,7 @@ local function reap(now)
   local freed = 0
   local dead = redis.call('ZRANGEBYSCORE', SESSIONS, '-inf', int(now))
   if #dead > 0 then freed = reap_sessions(dead, now) end
+  if S.ttls <= 0 then return freed end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', int(now))) do
     local r = redis.call('HGET', LEASES, id)
     if r then
@@ -224,14 +265,22 @@ end
 -- Renews a session. One that already lapsed loses its leases and waits
 -- first: a holder that was stopped or cut off never gets them back.
 local function touch(sid, session_ms, now)
-  local d = redis.call('ZSCORE', SESSIONS, sid)
-  if d and tonumber(d) <= now then reap_sessions({sid}, now) end
-  redis.call('ZADD', SESSIONS, int(now + session_ms * 1000), sid)
+  local d = tonumber(redis.call('ZSCORE', SESSIONS, sid))
+  if d and d <= now then
+    reap_sessions({sid}, now)
+    d = nil
+  end
+  -- A deadline set moments ago need not move (a tight acquire/release
+  -- loop would rewrite it at every call).
+  local deadline = now + session_ms * 1000
+  if not d or d < deadline - session_ms * 100 then
+    redis.call('ZADD', SESSIONS, int(deadline), sid)
+  end
 end
 
 local function reject(wid, sid)
   redis.call('HSET', WAITERS, wid, 'R|' .. sid)
-  redis.call('ZREM', QUEUE, wid)
+  dequeue(wid)
   redis.call('HINCRBY', P, 'rejected', 1)
   note(sid, 'r' .. wid)
 end
@@ -239,13 +288,16 @@ end
 -- Strict FIFO: the head is granted when its whole weight fits, and nobody
 -- behind it goes first.
 local function grant_queued(now)
-  while true do
+  while S.queued > 0 do
     local head = redis.call('ZRANGE', QUEUE, 0, 0)
-    if #head == 0 then return end
+    if #head == 0 then
+      set('queued', 0)
+      return
+    end
     local wid = head[1]
     local r = redis.call('HGET', WAITERS, wid)
     if (not r) or string.sub(r, 1, 1) ~= 'Q' then
-      redis.call('ZREM', QUEUE, wid)
+      dequeue(wid)
     else
       local w = waiter_rec(r)
       local n = tonumber(w[3])
@@ -256,7 +308,7 @@ local function grant_queued(now)
       else
         local id = new_lease(w[2], n, tonumber(w[4]), now, w[6], w[7], w[8])
         redis.call('HSET', WAITERS, wid, 'G|' .. w[2] .. '|' .. int(id) .. '|' .. w[7])
-        redis.call('ZREM', QUEUE, wid)
+        dequeue(wid)
         hist('w', now - tonumber(w[5]))
         note(w[2], 'g' .. wid .. ':' .. int(id))
       end
@@ -283,7 +335,7 @@ local function void(request, sid, now)
       local w = r and waiter_rec(r)
       if w and ((w[1] == 'Q' and w[7] == request) or (w[1] == 'G' and w[4] == request)) then
         redis.call('HDEL', WAITERS, id)
-        redis.call('ZREM', QUEUE, id)
+        dequeue(id)
         redis.call('SREM', own(sid), m)
       end
     end
@@ -307,6 +359,7 @@ local function open_lease(now)
 end
 
 local function set_expiry(id, rec, exp)
+  if rec[4] == '0' then add('ttls', 1) end
   rec[4] = int(exp)
   redis.call('HSET', LEASES, id, table.concat(rec, '|'))
   redis.call('ZADD', EXPIRY, int(exp), id)
@@ -356,7 +409,7 @@ if n > S.cap then
 else
   reap(now)
   grant_queued(now)
-  if redis.call('ZCARD', QUEUE) == 0 and S.used + n <= S.cap then
+  if S.queued == 0 and S.used + n <= S.cap then
     local id = new_lease(sid, n, tonumber(ARGV[6]), now, ARGV[7], ARGV[10], ARGV[8])
     hist('w', 0)
     result = {'ok', S.epoch, id, S.cap, S.used}
@@ -364,10 +417,11 @@ else
     redis.call('HINCRBY', P, mode == 'try' and 'try_failures' or 'timeouts', 1)
     result = {'full', S.epoch, S.cap, S.used}
   else
-    local wid = int(redis.call('HINCRBY', P, 'seq', 1))
+    local wid = int(S.seq + 1)
+    set('seq', S.seq + 1)
     redis.call('HSET', WAITERS, wid, 'Q|' .. sid .. '|' .. n .. '|' .. ARGV[6] .. '|' .. int(now) ..
                '|' .. ARGV[7] .. '|' .. ARGV[10] .. '|' .. ARGV[8])
-    redis.call('ZADD', QUEUE, wid, wid)
+    enqueue(wid)
     redis.call('SADD', own(sid), 'w' .. wid)
     result = {'queued', S.epoch, tonumber(wid), S.cap, S.used, next_expiry(now)}
   end
@@ -463,7 +517,7 @@ for _, wid in ipairs(list(1)) do
       local lr = redis.call('HGET', LEASES, g[3])
       if lr then end_lease(g[3], lease_rec(lr), 'released', now) end
     elseif kind == 'Q' then
-      redis.call('ZREM', QUEUE, wid)
+      dequeue(wid)
     end
     redis.call('HDEL', WAITERS, wid)
     redis.call('SREM', own(sid), 'w' .. wid)
@@ -536,7 +590,7 @@ if r then
   elseif kind == 'R' then
     result = {'rejected'}
   else
-    redis.call('ZREM', QUEUE, wid)
+    dequeue(wid)
     if ARGV[5] ~= '' then redis.call('HINCRBY', P, ARGV[5], 1) end
     result = {'left'}
   end
@@ -551,8 +605,7 @@ constexpr const char* kResize = R"lua(
 local now = now_us()
 local stop = begin(now)
 if stop then return stop end
-S.cap = tonumber(ARGV[1])
-S.changed = true
+set('cap', tonumber(ARGV[1]))
 for _, wid in ipairs(redis.call('ZRANGE', QUEUE, 0, -1)) do
   local r = redis.call('HGET', WAITERS, wid)
   if r and string.sub(r, 1, 1) == 'Q' then
@@ -626,7 +679,14 @@ local stop = begin(now)
 if stop then return stop end
 local sid = ARGV[1]
 touch(sid, tonumber(ARGV[2]), now)
-if redis.call('HINCRBY', IDLE, sid, tonumber(ARGV[3])) <= 0 then redis.call('HDEL', IDLE, sid) end
+local before = tonumber(redis.call('HGET', IDLE, sid)) or 0
+local after = math.max(0, before + tonumber(ARGV[3]))
+if after > 0 then
+  redis.call('HSET', IDLE, sid, after)
+else
+  redis.call('HDEL', IDLE, sid)
+end
+add('idlers', after - before)
 reap(now)
 grant_queued(now)
 save()
