@@ -1,10 +1,7 @@
 #include "redis_server.hpp"
 
-#include "test_support.hpp"
-
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -219,7 +216,9 @@ void redis_server::restart() {
   if (!socket_.empty()) ::unlink(socket_.c_str());
   const int port = port_;
   start();
-  EXPECT_TRUE(socket_.empty() ? port_ == port : true) << "restarted on another port";
+  if (socket_.empty() && port_ != port)
+    throw std::runtime_error("redis-server restarted on port " + std::to_string(port_) +
+                             " instead of " + std::to_string(port));
 }
 
 std::string redis_server::cli(const std::vector<std::string>& args) const {
@@ -271,27 +270,6 @@ std::string redis_cluster::url(std::string_view key) const {
 
 std::string redis_cluster::server_url() const {
   return nodes_[0]->server_url();
-}
-
-std::string_view test_backend() {
-  const char* b = std::getenv("SHMSEM_TEST_BACKEND");
-  return b && *b ? std::string_view(b) : std::string_view("shm");
-}
-
-bool on_redis() {
-  return test_backend() != "shm";
-}
-
-std::string backend_url(std::string_view key) {
-  if (test_backend() == "redis") {
-    static redis_server server;
-    return server.url(key);
-  }
-  if (test_backend() == "redis-cluster") {
-    static redis_cluster cluster;
-    return cluster.url(key);
-  }
-  return {};
 }
 
 }  // namespace shmsem::test

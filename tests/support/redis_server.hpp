@@ -6,7 +6,8 @@
 //
 // The semantics suite runs on Redis by setting SHMSEM_TEST_BACKEND=redis
 // (or redis-cluster): unique_key then makes URLs on a server that the test
-// process starts on first use.
+// process starts on first use. Free of gtest, so that the benchmarks start
+// their server with it too.
 #pragma once
 
 #include <sys/types.h>

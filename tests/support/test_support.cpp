@@ -210,4 +210,25 @@ bool asleep_in_futex(pid_t tid, pid_t pid) {
          nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == own_wait;
 }
 
+std::string_view test_backend() {
+  const char* b = std::getenv("SHMSEM_TEST_BACKEND");
+  return b && *b ? std::string_view(b) : std::string_view("shm");
+}
+
+bool on_redis() {
+  return test_backend() != "shm";
+}
+
+std::string backend_url(std::string_view key) {
+  if (test_backend() == "redis") {
+    static redis_server server;
+    return server.url(key);
+  }
+  if (test_backend() == "redis-cluster") {
+    static redis_cluster cluster;
+    return cluster.url(key);
+  }
+  return {};
+}
+
 }  // namespace shmsem::test
