@@ -526,6 +526,8 @@ std::string render_report(const Results& results, bool smoke, const std::string&
                     "BM_AcquireRelease/posix_sem");
   t.figure_row("1. acquire+release, 1 seat, no TTL", "BM_AcquireRelease", "", kNs);
   t.figure_row("1. acquire+release, 1 seat, TTL 60 s", "BM_AcquireRelease", "", kNs, "shmsem_ttl");
+  t.figure_row("1. acquire+release, 1 seat, fencing tokens on (shmsem: the locked path)",
+               "BM_AcquireRelease", "", kNs, "shmsem_fencing");
   t.figure_row("2. try_acquire+release", "BM_TryAcquireRelease", "", kNs);
   t.figure_row("3. acquire(4)+release (sem_t, boost: 4 waits + 4 posts)", "BM_Acquire4Release", "",
                kNs, "shmsem", not_flock);

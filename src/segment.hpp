@@ -192,7 +192,7 @@ struct attachment {
   /// permits > 0 and it is absent. Counts one handle. Throws SegmentError,
   /// std::invalid_argument.
   static attachment* acquire_handle(std::string_view key, int permits, mode_t mode,
-                                    std::chrono::milliseconds open_timeout);
+                                    std::chrono::milliseconds open_timeout, bool fencing = false);
   /// Drops one handle; unmaps when no handle and no permit remain.
   static void release_handle(attachment* a) noexcept;
   /// The mutex over every attachment's lifecycle fields (and the registry).

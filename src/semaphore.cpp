@@ -194,7 +194,8 @@ Semaphore Semaphore::open(std::string_view key, int permits, const Options& opti
   if (remote)
     h->remote = detail::redis::open(key, permits, options);
   else
-    h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout);
+    h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout,
+                                        options.fencing);
   h->id = detail::next_handle_id++;
   {
     std::lock_guard g(detail::handles_mutex);
@@ -676,6 +677,7 @@ Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t gen, std
                            int n, std::int64_t ttl_ms, bool renew, std::int64_t granted_ns,
                            bool fast) {
   Permit p(h.att, slot, n, id, gen, fast, ttl_ms, granted_ns);
+  if (h.att->hdr->fencing) p.fence_ = id;  // the id is the token (attachment::grant)
   if (h.opts.observer) [[unlikely]]
     p.observer_ = h.opts.observer;
   if (renew) [[unlikely]] {

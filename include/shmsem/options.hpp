@@ -45,6 +45,13 @@ struct Options {
   /// command. A call during an outage fails within its wait_timeout plus
   /// this (1 ms .. kMaxDuration).
   std::chrono::milliseconds connect_timeout{1000};
+  /// Shared memory only, and only when open() creates the segment (an
+  /// existing segment keeps what it was created with): every grant takes
+  /// the next value of one counter in the segment as its
+  /// Permit::fencing_token() (and as its id). Grants then go through the
+  /// segment lock. Without it tokens are 0 and the lock-free path is
+  /// unchanged. Redis grants always carry tokens.
+  bool fencing = false;
 };
 
 /// Settings of one acquire() or try_acquire().

@@ -72,8 +72,9 @@ class SHMSEM_API Permit {
   /// The grant's fencing token: a number that strictly increases with every
   /// grant of this semaphore, so that a resource can refuse a writer whose
   /// lease was lost (it carries an older token than one it has seen). On
-  /// Redis every grant has one (the same number as id()). On shared memory
-  /// it is 0.
+  /// Redis every grant has one; on shared memory, only a semaphore created
+  /// with Options::fencing has them, 0 otherwise. Either way it is then the
+  /// same number as id().
   /// With capacity > 1 tokens order grants, not seats: compare them per
   /// resource (per seat of work), not across the whole semaphore.
   std::uint64_t fencing_token() const noexcept { return fence_; }

@@ -1,6 +1,7 @@
 // Redis-backed semaphores across real processes on two fake hosts
 // (SHMSEM_HOST): the bound under a storm of SIGKILLs, checked by a witness
-// outside the library; fencing tokens across processes; fork.
+// outside the library; fork. (Fencing tokens across processes:
+// tests/unit/fencing_test.cpp, on both backends.)
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -155,36 +156,6 @@ TEST(RedisFleet, WitnessSeesTheBoundHoldUnderAKillStorm) {
   EXPECT_GT(w->entries.load(), 100);
   auto s = Semaphore::open(url, kCapacity);
   EXPECT_TRUE(s.wait_idle(30s)) << "the dead holders' seats came back";
-}
-
-struct fences {
-  std::atomic<std::uint64_t> last{0};
-  std::atomic<int> out_of_order{0};
-  std::atomic<int> zero{0};
-};
-
-TEST(RedisFleet, FencingTokensStrictlyIncreaseAcrossProcesses) {
-  redis_server srv;
-  const std::string url = srv.url(test_key());
-  auto* f = shared_object<fences>();
-  std::vector<child_process> procs;
-  for (int i = 0; i < 4; ++i)
-    procs.emplace_back([&] {
-      auto sem = Semaphore::open(url, 1);
-      for (int k = 0; k < 40; ++k) {
-        auto p = sem.acquire();
-        const std::uint64_t t = p.fencing_token();
-        if (t == 0) ++f->zero;
-        // One holder at a time: each token must exceed every one before it.
-        if (t <= f->last.load()) ++f->out_of_order;
-        f->last = t;
-        EXPECT_EQ(t, p.id());
-      }
-      return 0;
-    });
-  for (auto& p : procs) EXPECT_EQ(p.wait(), 0);
-  EXPECT_EQ(f->out_of_order.load(), 0);
-  EXPECT_EQ(f->zero.load(), 0);
 }
 
 TEST(RedisFleet, AForkedChildDoesNotOwnItsParentsPermit) {
