@@ -237,6 +237,13 @@ bool Semaphore::remove_if_unused(std::string_view key) {
   return attachment::remove_if_unused(key);
 }
 
+std::vector<std::string> Semaphore::list(std::string_view server) {
+  if (!detail::redis::is_redis_key(server))
+    throw std::invalid_argument("shmsem: list(): '" + std::string(server) +
+                                "' is not a redis:// or redis+unix:// URL");
+  return detail::redis::list(server);
+}
+
 std::vector<std::string> Semaphore::list() {
   std::vector<std::string> keys;
   for (const std::string& name : sys::shm_list(std::string(detail::kNamePrefix))) {

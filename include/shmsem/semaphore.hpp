@@ -82,6 +82,15 @@ class SHMSEM_API Semaphore {
   /// segment whose key cannot be read (hashed name, no permission) is left out.
   static std::vector<std::string> list();
 
+  /// URLs of the semaphores on the Redis server (or cluster) at `server`:
+  /// redis://[user:password@]host[:port][?db=N] or redis+unix://PATH[?db=N]
+  /// (a semaphore's URL names its server too). Each carries `server`'s
+  /// login, so that it can be opened. Sorted. Scans every master; blocks
+  /// up to Options{}.connect_timeout per call to the server. Throws
+  /// std::invalid_argument for a URL that is not Redis's, SegmentError when
+  /// the server cannot be reached.
+  static std::vector<std::string> list(std::string_view server);
+
   /// Where the segment for `key` lives (a path under /dev/shm).
   /// Throws std::invalid_argument for an invalid key.
   static std::string segment_path(std::string_view key);

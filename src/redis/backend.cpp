@@ -282,6 +282,39 @@ bool remove(std::string_view key, bool only_unused) {
   return r.at(1).integer() == 1;
 }
 
+std::vector<std::string> list(std::string_view server) {
+  const url u = parse(server, false);
+  auto cli = client::get(u.ep);
+  const std::int64_t timeout = std::chrono::nanoseconds(Options{}.connect_timeout).count();
+  std::vector<std::string> out;
+  try {
+    for (const endpoint& node : cli->masters(sys::precise_now_ns() + timeout)) {
+      std::string cursor = "0";
+      do {
+        // The main hash of each semaphore: "shmsem{KEY}", nothing after.
+        const reply r = cli->command_on(
+            node, {"SCAN", cursor, "MATCH", "shmsem{*}", "COUNT", "1000", "TYPE", "hash"},
+            sys::precise_now_ns() + timeout);
+        if (r.is_error())
+          throw io_error(std::make_error_code(std::errc::io_error), std::string(r.str()));
+        cursor = std::string(r.at(0).str());
+        const reply keys = r.at(1);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          const std::string_view k = keys.at(i).str();
+          if (k.size() > 8 && k.substr(0, 7) == "shmsem{" && k.back() == '}')
+            out.push_back(with_key(u, k.substr(7, k.size() - 8)));
+        }
+      } while (cursor != "0" && !cursor.empty());
+    }
+  } catch (const io_error& e) {
+    throw SegmentError(e.code(),
+                       "shmsem: cannot list the semaphores of '" + u.display + "': " + e.what());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 // ---------------------------------------------------------------------------
 // Acquisition
 

@@ -44,6 +44,8 @@ std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o
 /// from the server (only if nothing is held or queued when `only_unused`).
 /// Returns whether it was deleted.
 bool remove(std::string_view key, bool only_unused);
+/// Semaphore::list(server): the URLs of the semaphores on that server.
+std::vector<std::string> list(std::string_view server);
 
 Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts);
 std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew);

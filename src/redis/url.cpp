@@ -190,7 +190,11 @@ std::string meta_key(std::string_view key) {
 std::string with_key(const url& server, std::string_view key) {
   const endpoint& ep = server.ep;
   std::string s = ep.unix_socket ? std::string(kUnix) : std::string(kTcp);
-  if (!ep.user.empty()) s += encode(ep.user) + "@";
+  if (!ep.user.empty() || !ep.password.empty()) {
+    s += encode(ep.user);
+    if (!ep.password.empty()) s += ":" + encode(ep.password);
+    s += "@";
+  }
   if (ep.unix_socket) {
     s += encode(ep.path) + "?key=" + encode(key);
     if (ep.db != 0) s += "&db=" + std::to_string(ep.db);

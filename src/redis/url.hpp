@@ -48,8 +48,8 @@ url parse(std::string_view text, bool need_key = true);
 /// keys start with it, so they share its hash tag and slot.
 std::string meta_key(std::string_view key);
 
-/// The server URL of `u` (no KEY, no password), to which "/KEY" or
-/// "?key=KEY" can be appended with with_key().
+/// The URL of semaphore `key` on the server of `server`, with its login
+/// (the password too, so that the URL can be opened).
 std::string with_key(const url& server, std::string_view key);
 
 }  // namespace shmsem::detail::redis
