@@ -4,9 +4,11 @@
 #include <shmsem/semaphore.hpp>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <system_error>
 
@@ -59,6 +61,34 @@ sample sample_one(const std::string& key) {
     s.error = describe_error(e);
   }
   return s;
+}
+
+std::vector<sample> sample_server(const std::string& url) {
+  std::vector<sample> out;
+  try {
+    for (const auto& key : shmsem::Semaphore::list(url)) out.push_back(sample_one(key));
+  } catch (const std::exception& e) {
+    sample s;
+    s.key = url;
+    s.error = describe_error(e);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+const std::string& local_host() {
+  static const std::string name = [] {
+    if (const char* h = std::getenv("SHMSEM_HOST"); h && *h) return std::string(h);
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0) return std::string();
+    return std::string(buf);
+  }();
+  return name;
+}
+
+std::string holder_command(const shmsem::Holder& h) {
+  if (!h.host.empty() && h.host != local_host()) return "-";
+  return h.pid > 0 ? process_name(h.pid) : "?";
 }
 
 std::vector<sample> sample_all() {

@@ -62,6 +62,14 @@ std::vector<sample> sample_all();
 /// Reads one semaphore (same rules as sample_all()).
 sample sample_one(const std::string& key);
 
+/// Reads every semaphore on the Redis server at `url` (Semaphore::list of
+/// it). A server that cannot be listed becomes one sample with an error.
+std::vector<sample> sample_server(const std::string& url);
+
+/// The name holders of this host carry: $SHMSEM_HOST if set, else the
+/// host name. A holder elsewhere has no process here to name.
+const std::string& local_host();
+
 /// The short reason shown for a segment that cannot be read.
 std::string describe_error(const std::exception& e);
 
@@ -139,5 +147,7 @@ std::string format_age(std::optional<clock::duration> d);
 std::string format_rate(std::optional<double> r);
 /// The command name of a process from /proc/PID/comm, or "?" when gone.
 std::string process_name(int pid);
+/// process_name() of a holder on this host; "-" for one on another host.
+std::string holder_command(const shmsem::Holder& h);
 
 }  // namespace semtop

@@ -35,4 +35,9 @@ int report_error(const std::exception& e);
 /// Prints "shmsem: <message>" to stderr.
 void error_message(const std::string& message);
 
+/// True for a Redis URL that names a server but no semaphore in it
+/// (redis://host:port, redis+unix://PATH): ls, reap and metrics then act
+/// on every semaphore there.
+bool is_server_url(std::string_view text);
+
 }  // namespace shmsem_cli
