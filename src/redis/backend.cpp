@@ -235,16 +235,15 @@ std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o
   try {
     r = run(*s, scripts::open(), {std::to_string(permits), new_epoch()});
   } catch (const io_error& e) {
-    throw_io(*s, "cannot open Redis semaphore", e);
+    throw SegmentError(e.code(), "shmsem: cannot open '" + u.display + "' in Redis: " + e.what());
   }
   const std::string_view st = r.at(0).str();
   if (st == "absent")
     throw SegmentError(make_error_code(errc::not_found),
                        "shmsem: no semaphore '" + u.display + "' in Redis");
   if (st != "ok" && st != "created")
-    throw SegmentError(
-        make_error_code(errc::bad_segment),
-        "shmsem: cannot open Redis semaphore '" + u.display + "': " + foreign_data(*s, r));
+    throw SegmentError(make_error_code(errc::bad_segment),
+                       "shmsem: cannot open '" + u.display + "' in Redis: " + foreign_data(*s, r));
   const int cap = static_cast<int>(r.at(2).integer());
   if (st == "ok" && permits > 0 && cap != permits)
     log().warn("semaphore '{}' exists with capacity {}; open(..., {}) keeps it", u.display, cap,
@@ -300,9 +299,7 @@ std::vector<std::string> list(std::string_view server) {
         cursor = std::string(r.at(0).str());
         const reply keys = r.at(1);
         for (std::size_t i = 0; i < keys.size(); ++i) {
-          const std::string_view k = keys.at(i).str();
-          if (k.size() > 8 && k.substr(0, 7) == "shmsem{" && k.back() == '}')
-            out.push_back(with_key(u, k.substr(7, k.size() - 8)));
+          if (auto key = key_of_meta(keys.at(i).str())) out.push_back(with_key(u, *key));
         }
       } while (cursor != "0" && !cursor.empty());
     }

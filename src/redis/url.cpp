@@ -177,14 +177,50 @@ url parse(std::string_view text, bool need_key) {
   } else {
     if (u.key.size() > 255)
       bad(shown, "the key is " + std::to_string(u.key.size()) + " bytes long; the limit is 255");
-    if (u.key.find_first_of(std::string_view("{}\0", 3)) != std::string::npos)
-      bad(shown, "the key contains '{', '}' or NUL (braces would break its cluster hash tag)");
+    if (u.key.find('\0') != std::string::npos) bad(shown, "the key contains a NUL byte");
   }
   return u;
 }
 
 std::string meta_key(std::string_view key) {
-  return "shmsem{" + std::string(key) + "}";
+  // Braces inside the hash tag would end it early, and '%' keeps the
+  // escape reversible.
+  std::string tag;
+  for (char c : key) {
+    if (c == '%')
+      tag += "%25";
+    else if (c == '{')
+      tag += "%7B";
+    else if (c == '}')
+      tag += "%7D";
+    else
+      tag += c;
+  }
+  return "shmsem{" + tag + "}";
+}
+
+std::optional<std::string> key_of_meta(std::string_view name) {
+  if (name.size() < 9 || name.substr(0, 7) != "shmsem{" || name.back() != '}') return std::nullopt;
+  const std::string_view tag = name.substr(7, name.size() - 8);
+  if (tag.find_first_of("{}") != std::string_view::npos) return std::nullopt;
+  std::string key;
+  for (std::size_t i = 0; i < tag.size(); ++i) {
+    if (tag[i] != '%') {
+      key += tag[i];
+      continue;
+    }
+    const std::string_view esc = tag.substr(i, 3);
+    if (esc == "%25")
+      key += '%';
+    else if (esc == "%7B")
+      key += '{';
+    else if (esc == "%7D")
+      key += '}';
+    else
+      return std::nullopt;
+    i += 2;
+  }
+  return key;
 }
 
 std::string with_key(const url& server, std::string_view key) {

@@ -3,12 +3,11 @@
 //   redis://[user[:password]@]host[:port]/KEY[?db=N]
 //   redis+unix://[user[:password]@]/PATH?key=KEY[&db=N]
 //
-// Parts are percent-decoded. KEY may hold any byte but NUL, '{' and '}':
-// the braces are kept for the hash tag that puts every Redis key of one
-// semaphore in one cluster slot. A URL without KEY names a server (for
-// listing); parse() accepts it only when asked to.
+// Parts are percent-decoded. KEY may hold any byte but NUL. A URL without
+// KEY names a server (for listing); parse() accepts it only when asked to.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -44,9 +43,12 @@ bool is_redis_url(std::string_view key) noexcept;
 /// its password) and the problem. `need_key`: a URL without KEY is an error.
 url parse(std::string_view text, bool need_key = true);
 
-/// The Redis key of the semaphore's main hash: "shmsem{KEY}". All its other
-/// keys start with it, so they share its hash tag and slot.
+/// The Redis key of the semaphore's main hash: "shmsem{KEY}", with '%', '{'
+/// and '}' in KEY escaped as %25, %7B and %7D (a brace would end the hash
+/// tag). All its other keys start with it, so they share its tag and slot.
 std::string meta_key(std::string_view key);
+/// The KEY of a main hash's name, or nullopt if the name is not one.
+std::optional<std::string> key_of_meta(std::string_view name);
 
 /// The URL of semaphore `key` on the server of `server`, with its login
 /// (the password too, so that the URL can be opened).
