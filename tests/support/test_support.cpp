@@ -1,6 +1,9 @@
 #include "test_support.hpp"
 
+#include "redis/connection.hpp"
+#include "redis/url.hpp"
 #include "redis_server.hpp"
+#include "sys/clock.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -217,6 +220,16 @@ std::string_view test_backend() {
 
 bool on_redis() {
   return test_backend() != "shm";
+}
+
+void occupy_in_redis(std::string_view url, bool occupy) {
+  const auto u = detail::redis::parse(url);
+  auto c = detail::redis::connection::open(u.ep, sys::precise_now_ns() + 10'000'000'000);
+  const std::string key = detail::redis::meta_key(u.key);
+  if (occupy)
+    c->run({"SET", key, "not a semaphore"}, sys::precise_now_ns() + 10'000'000'000);
+  else
+    c->run({"DEL", key}, sys::precise_now_ns() + 10'000'000'000);
 }
 
 std::string backend_url(std::string_view key) {

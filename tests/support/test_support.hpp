@@ -105,6 +105,11 @@ bool asleep_in_futex(pid_t tid, pid_t pid = 0);
 /// True when the suite runs on a Redis backend ($SHMSEM_TEST_BACKEND).
 bool on_redis();
 
+/// Puts a string where the Redis semaphore `url` would keep its main hash
+/// (`occupy`), so that opening it fails as with a key of another type; or
+/// deletes it again.
+void occupy_in_redis(std::string_view url, bool occupy);
+
 /// Skips a test that checks how the shared-memory backend is built rather
 /// than what a semaphore does.
 #define SHMSEM_SHM_ONLY()                                                         \
