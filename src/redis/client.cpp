@@ -110,8 +110,8 @@ std::shared_ptr<client> client::get(const endpoint& ep) {
 
 class client::borrowed {
  public:
-  borrowed(client& owner, std::size_t node, std::unique_ptr<connection> c)
-      : owner_(owner), node_(node), c_(std::move(c)) {}
+  borrowed(client& owner, std::size_t node, std::unique_ptr<connection> c, bool pooled)
+      : owner_(owner), node_(node), c_(std::move(c)), pooled_(pooled) {}
   borrowed(borrowed&&) = default;
   ~borrowed() {
     if (!c_ || c_->broken()) return;
@@ -121,11 +121,19 @@ class client::borrowed {
   }
   connection* operator->() { return c_.get(); }
   connection& operator*() { return *c_; }
+  /// Taken from the pool (it may have died while idle), not opened now.
+  bool pooled() const { return pooled_; }
+  /// Drops the node's other idle connections: they died with this one.
+  void drop_pool() {
+    std::lock_guard g(owner_.mu_);
+    owner_.nodes_[node_].idle.clear();
+  }
 
  private:
   client& owner_;
   std::size_t node_;
   std::unique_ptr<connection> c_;
+  bool pooled_;
 };
 
 client::borrowed client::borrow(std::size_t node_index, std::int64_t deadline_ns) {
@@ -137,11 +145,11 @@ client::borrowed client::borrow(std::size_t node_index, std::int64_t deadline_ns
     if (!idle.empty()) {
       auto c = std::move(idle.back());
       idle.pop_back();
-      return borrowed(*this, node_index, std::move(c));
+      return borrowed(*this, node_index, std::move(c), true);
     }
     ep = nodes_[node_index].ep;
   }
-  return borrowed(*this, node_index, connection::open(ep, deadline_ns));
+  return borrowed(*this, node_index, connection::open(ep, deadline_ns), false);
 }
 
 std::size_t client::node_for_slot(int slot) {
@@ -198,10 +206,23 @@ reply client::routed(const std::string& key, std::int64_t deadline_ns, Send&& se
   std::int64_t pause_ns = 5'000'000;
   for (;;) {
     reply r;
-    {
+    for (int attempt = 0;; ++attempt) {
       borrowed c = borrow(target, deadline_ns);
       if (asking) c->append({"ASKING"});
-      r = send(*c, asking);
+      try {
+        r = send(*c, asking);
+        break;
+      } catch (const io_error& e) {
+        // An idle connection whose server restarted: the peer's socket is
+        // gone, so the command was refused (EPIPE, or RST: ECONNRESET)
+        // without being run. Run it once on a new connection. Any other
+        // failure (no answer, EOF) may come after the command ran: it is
+        // the caller's.
+        const bool refused =
+            e.code() == std::errc::broken_pipe || e.code() == std::errc::connection_reset;
+        if (!c.pooled() || !refused || attempt > 0) throw;
+        c.drop_pool();
+      }
     }
     asking = false;
     if (!r.is_error()) return r;

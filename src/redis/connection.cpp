@@ -73,7 +73,8 @@ timeval remaining(std::int64_t deadline_ns) {
 std::error_code code_of(const redisContext* c, int saved_errno) {
   switch (c->err) {
     case REDIS_ERR_EOF:
-      return std::make_error_code(std::errc::connection_reset);
+      // Closed by the server: unlike a reset, it may have run the command.
+      return std::make_error_code(std::errc::connection_aborted);
     case REDIS_ERR_PROTOCOL:
       return std::make_error_code(std::errc::protocol_error);
     case REDIS_ERR_OOM:
