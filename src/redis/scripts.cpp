@@ -101,8 +101,6 @@ local function create(cap, epoch, now)
   -- One key per DEL: while a cluster slot is being imported, a command on
   -- several keys that are not all there is refused.
   for k, _ in pairs(TYPES) do redis.call('DEL', k) end
-  -- The counter starts at the creation time in us: tokens keep growing
-  -- across a re-creation after data loss (fewer than one grant per us).
   redis.call('HSET', P, 'format', FORMAT, 'epoch', epoch, 'cap', cap, 'used', 0, 'seq', int(now),
              'ew', 0, 'ewt', int(now), 'created', int(now), 'queued', 0, 'ttls', 0, 'idlers', 0)
 end
@@ -169,9 +167,19 @@ end
 local function enqueue(wid) add('queued', redis.call('ZADD', QUEUE, wid, wid)) end
 local function dequeue(wid) add('queued', -redis.call('ZREM', QUEUE, wid)) end
 
-local function new_lease(sid, n, ttl_ms, now, pid, request, host)
-  local id = S.seq + 1
+-- The next lease or waiter id, which is also a fencing token: the
+-- server's time in us, or one more than the last id if that is larger. So
+-- ids keep growing even when Redis restarts from an older snapshot, fails
+-- over to a replica that missed the last grants, or loses the semaphore
+-- and re-creates it: all it takes is a clock that does not step back.
+local function next_id(now)
+  local id = math.max(S.seq + 1, now)
   set('seq', id)
+  return id
+end
+
+local function new_lease(sid, n, ttl_ms, now, pid, request, host)
+  local id = next_id(now)
   local exp = 0
   if ttl_ms > 0 then
     exp = now + ttl_ms * 1000
@@ -417,8 +425,7 @@ else
     redis.call('HINCRBY', P, mode == 'try' and 'try_failures' or 'timeouts', 1)
     result = {'full', S.epoch, S.cap, S.used}
   else
-    local wid = int(S.seq + 1)
-    set('seq', S.seq + 1)
+    local wid = int(next_id(now))
     redis.call('HSET', WAITERS, wid, 'Q|' .. sid .. '|' .. n .. '|' .. ARGV[6] .. '|' .. int(now) ..
                '|' .. ARGV[7] .. '|' .. ARGV[10] .. '|' .. ARGV[8])
     enqueue(wid)

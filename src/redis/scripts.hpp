@@ -4,9 +4,10 @@
 // semaphore's main key "shmsem{KEY}", so in a cluster it runs in one slot.
 //
 // What is stored, all under the hash tag {KEY}:
-//   shmsem{KEY}            hash: format, epoch, cap, used, seq (the counter
-//                          behind lease ids, waiter ids and fencing tokens),
-//                          the EWMA, and the fleet's counters and histograms
+//   shmsem{KEY}            hash: format, epoch, cap, used, seq (the last
+//                          lease or waiter id: ids are fencing tokens, the
+//                          server's time in us or the last id + 1), the
+//                          EWMA, and the fleet's counters and histograms
 //   shmsem{KEY}:leases     hash: lease id -> "sid|weight|granted_us|expires_us|pid|request|host"
 //   shmsem{KEY}:expiry     zset: lease id -> expiry (leases with a TTL only)
 //   shmsem{KEY}:sessions   zset: session id -> deadline; a session whose

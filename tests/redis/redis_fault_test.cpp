@@ -279,6 +279,24 @@ TEST(RedisFault, RestartWithPersistenceAfterTheSessionTimeoutReportsTheLoss) {
   EXPECT_TRUE(q.is_held());
 }
 
+// A restore from an older snapshot (or a failover to a replica that missed
+// the last grants) forgets grants but must never hand out a token again.
+TEST(RedisFault, RestartFromAnOlderSnapshotNeverRepeatsATokenAndReportsTheForgottenGrant) {
+  redis_server srv;
+  auto s = Semaphore::open(srv.url(test_key()), 3, {.session_timeout = 10s});
+  auto kept = s.acquire();
+  srv.cli({"SAVE"});  // the snapshot has `kept` only
+  auto forgotten = s.acquire();
+  const std::uint64_t newest = forgotten.fencing_token();
+  srv.restart();  // loads the snapshot
+  auto fresh = s.acquire(1, {.wait_timeout = 5s});
+  EXPECT_GT(fresh.fencing_token(), newest);
+  EXPECT_TRUE(kept.is_held());
+  EXPECT_FALSE(forgotten.is_held());
+  EXPECT_THROW(forgotten.release(), PermitNotHeldError);
+  EXPECT_NO_THROW(kept.release());
+}
+
 TEST(RedisFault, StoppedServerFailsCallsWithinTheirBudgetAndIsUsedAgainAfterwards) {
   redis_server srv;
   auto s =
