@@ -78,18 +78,21 @@ std::string random_id(int hex_digits) {
   get_registry();  // so that fork_gen counts forks
   // A child inherits the generator's state with the thread that forked:
   // reseed in each new process.
-  static thread_local std::mt19937_64 rng;
+  // On the heap: 2.5 KB of generator in the library's TLS block would make
+  // dlopen() of the library fail (tests/c/static_tls.sh).
+  static thread_local std::unique_ptr<std::mt19937_64> rng;
   static thread_local std::uint64_t seeded = ~std::uint64_t{0};
+  if (!rng) rng = std::make_unique<std::mt19937_64>();
   if (seeded != fork_generation()) {
     std::random_device dev;
-    rng.seed((std::uint64_t{dev()} << 32) ^ dev() ^ static_cast<std::uint64_t>(::getpid()));
+    rng->seed((std::uint64_t{dev()} << 32) ^ dev() ^ static_cast<std::uint64_t>(::getpid()));
     seeded = fork_generation();
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string s;
   s.reserve(static_cast<std::size_t>(hex_digits));
   while (static_cast<int>(s.size()) < hex_digits) {
-    std::uint64_t v = rng();
+    std::uint64_t v = (*rng)();
     for (int k = 0; k < 16 && static_cast<int>(s.size()) < hex_digits; ++k, v >>= 4)
       s += kHex[v & 15];
   }
