@@ -72,8 +72,8 @@ struct Holder {
   int pid = 0;
   /// The holder lives in another PID namespace (another container).
   bool foreign_namespace = false;
-  /// The holder's host name ($SHMSEM_HOST if it set one). On shared memory
-  /// it is this host's.
+  /// On Redis, the holder's host name ($SHMSEM_HOST if it set one). Empty
+  /// on shared memory, whose holders are all on this host.
   std::string host;
   std::uint64_t permit_id = 0;
   int weight = 0;
