@@ -33,6 +33,7 @@ class Holder:
     expires_at: Optional[float]
     state: str
     foreign_namespace: bool
+    host: str
 
 class Stats:
     acquired: int
@@ -66,6 +67,8 @@ class Permit:
     def id(self) -> int: ...
     @property
     def weight(self) -> int: ...
+    @property
+    def fencing_token(self) -> int: ...
     @property
     def key(self) -> str: ...
     @property
@@ -105,6 +108,9 @@ class Semaphore:
         ttl: Optional[float] = ...,
         auto_renew: bool = ...,
         open_timeout: float = ...,
+        session_timeout: Optional[float] = ...,
+        connect_timeout: Optional[float] = ...,
+        fencing: bool = ...,
     ) -> None: ...
     @staticmethod
     def attach(key: str) -> "Semaphore": ...
@@ -149,7 +155,7 @@ class Semaphore:
     @staticmethod
     def remove_if_unused(key: str) -> bool: ...
     @staticmethod
-    def list() -> List[str]: ...
+    def list(server: Optional[str] = ...) -> List[str]: ...
     @staticmethod
     def segment_path(key: str) -> str: ...
 
