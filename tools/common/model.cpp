@@ -18,8 +18,10 @@ shmsem::Semaphore attach_existing(const std::string& key, const shmsem::Options&
   try {
     return shmsem::Semaphore::attach(key, options);
   } catch (const shmsem::SegmentError& e) {
+    // A Redis key has no file that could be left uninitialized.
+    const bool redis = key.starts_with("redis://") || key.starts_with("redis+unix://");
     struct stat st;
-    if (e.code() != shmsem::errc::not_found ||
+    if (e.code() != shmsem::errc::not_found || redis ||
         ::lstat(shmsem::Semaphore::segment_path(key).c_str(), &st) != 0)
       throw;
     throw uninitialized_segment(make_error_code(shmsem::errc::bad_segment), e.what());
