@@ -166,7 +166,8 @@ class SHMSEM_API Semaphore {
   /// Reclaims dead holders' and expired leases' seats now and wakes waiters.
   /// Returns the seats freed. Waits for the segment lock without limit, or
   /// at most `lock_timeout`, then throws SegmentError (errc::lock_timeout,
-  /// naming the key).
+  /// naming the key). On Redis there is no segment lock: `lock_timeout` is
+  /// unused there, and Options::connect_timeout bounds the call.
   int reap(std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt);
 
   /// Sets the fleet-wide capacity to `permits` (1..kMaxCapacity, else
