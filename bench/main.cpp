@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   shmsem_bench::register_crash_reclaim();
   shmsem_bench::register_scaling();
   shmsem_bench::register_fleet();
+  shmsem_bench::register_redis();
 
   const std::string load_at_start = shmsem_bench::load_average();
   shmsem_bench::CollectingReporter reporter;

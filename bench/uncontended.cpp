@@ -46,9 +46,12 @@ std::unique_ptr<Peer> make_peer() {
 
 // ---- 1. acquire+release -----------------------------------------------------
 
-void BM_AcquireRelease_shmsem(State& state, std::optional<std::chrono::milliseconds> ttl) {
+void BM_AcquireRelease_shmsem(State& state, std::optional<std::chrono::milliseconds> ttl,
+                              bool fencing = false) {
   ScopedKey key("acquire_release");
-  auto sem = shmsem::Semaphore::open(key, kCapacity);
+  shmsem::Options options;
+  options.fencing = fencing;
+  auto sem = shmsem::Semaphore::open(key, kCapacity, options);
   shmsem::AcquireOptions opts;
   opts.ttl = ttl;
   AllocationMeter meter;
@@ -283,6 +286,8 @@ void register_uncontended() {
   register_hot("BM_AcquireRelease/shmsem",
                [](State& s) { BM_AcquireRelease_shmsem(s, std::nullopt); });
   register_hot("BM_AcquireRelease/shmsem_ttl", [](State& s) { BM_AcquireRelease_shmsem(s, kTtl); });
+  register_hot("BM_AcquireRelease/shmsem_fencing",
+               [](State& s) { BM_AcquireRelease_shmsem(s, std::nullopt, true); });
   register_hot("BM_AcquireRelease/posix_sem", BM_AcquireRelease<PosixSem>);
   register_hot("BM_AcquireRelease/sysv_undo", BM_AcquireRelease<SysvSem>);
   register_hot("BM_AcquireRelease/boost_ipc", BM_AcquireRelease<BoostSem>);

@@ -31,6 +31,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -260,10 +261,17 @@ bool in_main_thread() {
 // ---------------------------------------------------------------------------
 // The Python classes.
 
+// A Redis key: its figures and is_held() are round trips, made without the GIL.
+bool is_redis_key(std::string_view key) {
+  return key.starts_with("redis://") || key.starts_with("redis+unix://");
+}
+
 struct permit_object {
   shmsem::Permit permit;
+  bool remote = false;
 
-  explicit permit_object(shmsem::Permit p) : permit(std::move(p)) {}
+  explicit permit_object(shmsem::Permit p)
+      : permit(std::move(p)), remote(is_redis_key(permit.key())) {}
   permit_object(const permit_object&) = delete;
   permit_object& operator=(const permit_object&) = delete;
   // Collected while held: the seats go back; a lost seat is logged (the
@@ -357,11 +365,23 @@ class waiter_thread {
 
 struct semaphore_object {
   shmsem::Semaphore sem;
+  bool remote = false;
+
+  explicit semaphore_object(shmsem::Semaphore s)
+      : sem(std::move(s)), remote(is_redis_key(sem.key())) {}
+
+  template <class F>
+  auto figure(F&& f) const {
+    if (remote) return without_gil(std::forward<F>(f));
+    return f();
+  }
 
   // One attempt without queueing, when the seats look free (a lock-free
   // read); nullopt when they do not or were taken meanwhile. Never blocks:
   // a zero wait budget does not wait for the segment lock either.
   std::optional<shmsem::Permit> acquire_now(int n, shmsem::AcquireOptions o) {
+    // On Redis the two reads would cost two round trips; the try is one.
+    if (remote) return without_gil([&] { return sem.try_acquire(n, o); });
     if (sem.available() < n || sem.waiters() > 0) return std::nullopt;
     o.wait_timeout = 0ms;
     try {
@@ -451,7 +471,7 @@ py::object holder_to_python(const shmsem::Holder& h, const py::object& holder_cl
   py::object expires =
       h.expires_at ? py::object(py::float_(seconds_of(*h.expires_at))) : py::none();
   return holder_class(h.pid, h.weight, h.permit_id, seconds_of(h.acquired_at), expires,
-                      shmsem::to_string(h.state), h.foreign_namespace);
+                      shmsem::to_string(h.state), h.foreign_namespace, h.host);
 }
 
 py::dict histogram_to_python(const shmsem::Histogram& h) {
@@ -550,15 +570,26 @@ and since when); the permit is released either way.)doc")
           R"doc(Sets the lease to expire `ttl` seconds from now (a permit without TTL gains
 one). Raises ExtensionError if the seats were lost first.)doc")
       .def_property_readonly(
-          "is_held", [](const permit_object& p) { return p.permit.is_held(); },
+          "is_held",
+          [](const permit_object& p) {
+            if (!p.remote) return p.permit.is_held();
+            return without_gil([&] { return p.permit.is_held(); });
+          },
           "True while the seats are held: false once released, reaped, force-released or "
-          "expired. Reads the segment, without a lock.")
+          "expired. Reads the segment, without a lock (on Redis: a round trip).")
       .def_property_readonly(
           "id", [](const permit_object& p) { return p.permit.id(); },
           "The lease's id, unique within its semaphore (0 once released).")
       .def_property_readonly(
           "weight", [](const permit_object& p) { return p.permit.weight(); },
           "The number of seats this permit holds.")
+      .def_property_readonly(
+          "fencing_token", [](const permit_object& p) { return p.permit.fencing_token(); },
+          R"doc(The grant's fencing token: it strictly increases with every grant of the
+semaphore, so a resource that remembers the highest token it accepted can
+refuse a holder whose seats were lost. Every grant on Redis has one; on shared
+memory only a semaphore created with fencing=True does, and it is 0 otherwise.
+With capacity > 1 tokens order grants, not seats.)doc")
       .def_property_readonly(
           "key", [](const permit_object& p) { return std::string(p.permit.key()); },
           "The semaphore's key ('' once released).")
@@ -610,7 +641,9 @@ SIGKILL, never leaks its seats. A handle may be used from many threads, and
 works in a child after fork() (gunicorn --preload).
 )doc")
       .def(py::init([](const std::string& key, int permits, int mode, const py::object& ttl,
-                       bool auto_renew, double open_timeout, const py::object& trusted_owners) {
+                       bool auto_renew, double open_timeout, const py::object& trusted_owners,
+                       const py::object& session_timeout, const py::object& connect_timeout,
+                       bool fencing) {
              shmsem::Options o;
              o.trusted_owners = owner_list(trusted_owners);
              o.mode = static_cast<mode_t>(mode);
@@ -620,12 +653,19 @@ works in a child after fork() (gunicorn --preload).
                throw py::value_error("shmsem: open_timeout must be >= 0 seconds");
              o.open_timeout = std::chrono::milliseconds(
                  static_cast<std::int64_t>(std::ceil(open_timeout * 1000.0)));
-             return new semaphore_object{
-                 without_gil([&] { return shmsem::Semaphore::open(key, permits, o); })};
+             if (auto d = duration_ms(session_timeout, "session_timeout", false))
+               o.session_timeout = *d;
+             if (auto d = duration_ms(connect_timeout, "connect_timeout", false))
+               o.connect_timeout = *d;
+             o.fencing = fencing;
+             return new semaphore_object(
+                 without_gil([&] { return shmsem::Semaphore::open(key, permits, o); }));
            }),
            py::arg("key"), py::arg("permits"), py::kw_only(), py::arg("mode") = 0600,
            py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
            py::arg("open_timeout") = 5.0, py::arg("trusted_owners") = py::tuple(),
+           py::arg("session_timeout") = py::none(), py::arg("connect_timeout") = py::none(),
+           py::arg("fencing") = false,
            R"doc(Opens (or creates with `permits` seats) the semaphore `key`.
 
 mode: of a segment this call creates (0o660 shares it with the file's group).
@@ -635,16 +675,24 @@ open_timeout: how long to wait for another process that is creating it.
 trusted_owners: users (names or uids) whose segments to accept on purpose;
 without them only segments of this user or root are accepted (or, for a
 non-root process, one that others cannot write).
-Raises ValueError for a bad key (empty, NUL, over 255 bytes) or permits out
-of 1..1000000, UntrustedOwnerError when the segment belongs to a user it
-does not trust, SegmentError when the segment cannot be used otherwise.)doc")
+session_timeout: Redis keys only: seconds this process's leases outlive its
+last contact with Redis (None: 3).
+connect_timeout: Redis keys only: the bound in seconds on connecting and on
+each command (None: 1).
+fencing: shared memory, at creation: grants carry fencing tokens.
+A key that is a URL, redis://host[:port]/KEY or redis+unix:///PATH?key=KEY,
+names a semaphore kept in Redis and shared by every host that reaches it.
+Raises ValueError for a bad key (empty, NUL, over 255 bytes, a bad URL) or
+permits out of 1..1000000, UntrustedOwnerError when the segment belongs to a
+user it does not trust, SegmentError when the segment cannot be used
+otherwise or Redis cannot be reached.)doc")
       .def_static(
           "attach",
           [](const std::string& key, const py::object& trusted_owners) {
             shmsem::Options o;
             o.trusted_owners = owner_list(trusted_owners);
-            return new semaphore_object{
-                without_gil([&] { return shmsem::Semaphore::attach(key, o); })};
+            return new semaphore_object(
+                without_gil([&] { return shmsem::Semaphore::attach(key, o); }));
           },
           py::arg("key"), py::kw_only(), py::arg("trusted_owners") = py::tuple(),
           "Opens an existing semaphore without creating it; SegmentError if there is none, "
@@ -674,19 +722,23 @@ now, when others are queued (it does not jump the queue), or when n > capacity.)
           "key", [](const semaphore_object& s) { return std::string(s.sem.key()); },
           "The key this handle was opened with.")
       .def_property_readonly(
-          "capacity", [](const semaphore_object& s) { return s.sem.capacity(); },
+          "capacity",
+          [](const semaphore_object& s) { return s.figure([&] { return s.sem.capacity(); }); },
           "The fleet-wide number of seats (lock-free read).")
       .def_property_readonly(
-          "used", [](const semaphore_object& s) { return s.sem.used(); },
+          "used", [](const semaphore_object& s) { return s.figure([&] { return s.sem.used(); }); },
           "Seats held now, fleet-wide (lock-free read).")
       .def_property_readonly(
-          "available", [](const semaphore_object& s) { return s.sem.available(); },
+          "available",
+          [](const semaphore_object& s) { return s.figure([&] { return s.sem.available(); }); },
           "capacity - used, never below 0.")
       .def_property_readonly(
-          "waiters", [](const semaphore_object& s) { return s.sem.waiters(); },
+          "waiters",
+          [](const semaphore_object& s) { return s.figure([&] { return s.sem.waiters(); }); },
           "Callers blocked in acquire, fleet-wide.")
       .def_property_readonly(
-          "utilization", [](const semaphore_object& s) { return s.sem.utilization(); },
+          "utilization",
+          [](const semaphore_object& s) { return s.figure([&] { return s.sem.utilization(); }); },
           "used / capacity (may exceed 1 after a shrink).")
       .def(
           "set_capacity",
@@ -719,18 +771,18 @@ Reaps dead holders meanwhile. Does not block new acquires.)doc")
       .def(
           "holders",
           [](const semaphore_object& s) {
-            auto all = s.sem.holders();
+            auto all = s.figure([&] { return s.sem.holders(); });
             py::object cls = py::module_::import("shmsem._types").attr("Holder");
             py::list out;
             for (const auto& h : all) out.append(holder_to_python(h, cls));
             return out;
           },
-          "The current leases, as Holder objects (.pid, .weight, .acquired_at, .expires_at, "
-          ".state, ...), read without a lock.")
+          "The current leases, as Holder objects (.pid, .host, .weight, .acquired_at, "
+          ".expires_at, .state, ...), read without a lock.")
       .def(
           "stats",
           [](const semaphore_object& s) {
-            const shmsem::Stats st = s.sem.stats();
+            const shmsem::Stats st = s.figure([&] { return s.sem.stats(); });
             py::object cls = py::module_::import("shmsem._types").attr("Stats");
             return cls(st.acquired, st.released, st.timeouts, st.cancelled, st.shutdowns,
                        st.rejected, st.try_failures, st.reaped, st.expired, st.force_released,
@@ -764,10 +816,19 @@ not released.)doc")
           },
           py::arg("key"), "Removes it only if no live process has it open.")
       .def_static(
-          "list", [] { return without_gil([] { return shmsem::Semaphore::list(); }); },
-          "The keys of the semaphores on this host, sorted.")
+          "list",
+          [](const py::object& server) {
+            if (server.is_none()) return without_gil([] { return shmsem::Semaphore::list(); });
+            const auto url = server.cast<std::string>();
+            return without_gil([&] { return shmsem::Semaphore::list(url); });
+          },
+          py::arg("server") = py::none(),
+          R"doc(The keys of the semaphores on this host, sorted; with `server`
+(redis://host[:port] or redis+unix:///PATH), the URLs of that Redis server's
+semaphores, which open as they are.)doc")
       .def_static("segment_path", &shmsem::Semaphore::segment_path, py::arg("key"),
-                  "Where the segment of `key` lives (under /dev/shm).");
+                  "Where the segment of `key` lives (under /dev/shm); ValueError for a Redis "
+                  "key, which has no file.");
 
   m.def(
       "shutdown_all", [] { without_gil([] { shmsem::shutdown_all(); }); },

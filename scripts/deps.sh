@@ -7,6 +7,7 @@ pkgs=(
   libboost-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libncurses-dev
+  libhiredis-dev redis-server redis-tools
   clang-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy cppcheck
   tmux util-linux procps man-db strace
   debhelper dpkg-dev fakeroot lintian

@@ -11,6 +11,7 @@
 
 #include <spdlog/sinks/base_sink.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -273,9 +274,13 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
   if (!out) return null_argument("shmsem_open", "out");
   shmsem_open_options v = SHMSEM_OPEN_OPTIONS_INIT;
   if (o && !read_options(o, v, kOpenOptionsV1, "shmsem_open_ex")) return SHMSEM_EINVAL;
-  if (v.flags & ~SHMSEM_OPEN_NOCREATE)
+  constexpr std::uint32_t known_flags = SHMSEM_OPEN_NOCREATE | SHMSEM_OPEN_FENCING;
+  if (v.flags & ~known_flags)
     return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) + "): unknown flags " +
-                                   std::to_string(v.flags & ~SHMSEM_OPEN_NOCREATE));
+                                   std::to_string(v.flags & ~known_flags));
+  if (v.session_timeout_ms < 0 || v.connect_timeout_ms < 0)
+    return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) +
+                                   "): negative session_timeout_ms or connect_timeout_ms");
   if (v.default_ttl_ms < 0)
     return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) +
                                    "): negative default_ttl_ms " +
@@ -290,6 +295,9 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
   if (v.default_ttl_ms > 0) options.ttl = milliseconds(v.default_ttl_ms);
   options.auto_renew = v.default_auto_renew != 0;
   if (v.open_timeout_ms >= 0) options.open_timeout = milliseconds(v.open_timeout_ms);
+  if (v.session_timeout_ms > 0) options.session_timeout = milliseconds(v.session_timeout_ms);
+  if (v.connect_timeout_ms > 0) options.connect_timeout = milliseconds(v.connect_timeout_ms);
+  options.fencing = (v.flags & SHMSEM_OPEN_FENCING) != 0;
   return guarded([&] {
     // Copied here: the caller's array need outlive only the call.
     if (v.trusted_owners)
@@ -419,6 +427,10 @@ int shmsem_permit_weight(const shmsem_permit* p) {
   return p->permit.weight();
 }
 
+uint64_t shmsem_permit_fencing_token(const shmsem_permit* p) {
+  return p ? p->permit.fencing_token() : 0;
+}
+
 int64_t shmsem_capacity(const shmsem_sem* s) {
   if (!s) return null_argument("shmsem_capacity", "s");
   return s->sem.capacity();
@@ -493,6 +505,8 @@ int shmsem_holders(const shmsem_sem* s, shmsem_holder* out, size_t max, size_t e
                 : h.state == shmsem::HolderState::dead ? SHMSEM_HOLDER_DEAD
                                                        : SHMSEM_HOLDER_EXPIRED;
       v.foreign_namespace = h.foreign_namespace ? 1 : 0;
+      const std::size_t host_len = std::min(h.host.size(), sizeof v.host - 1);
+      std::memcpy(v.host, h.host.data(), host_len);  // v is zeroed: NUL-terminated
       auto* dst = reinterpret_cast<unsigned char*>(out) + i * elem_size;
       const std::size_t n = std::min(elem_size, sizeof v);
       std::memcpy(dst, &v, n);

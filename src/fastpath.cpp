@@ -143,6 +143,9 @@ thread_entry* prepare_entry(attachment& a) {
 void fill_entry(attachment& a, thread_entry& e, wake_list& wakes) {
   const std::uint32_t me = a.ensure_self(wakes);
   e.last_used = ++entry_uses;
+  // With fencing tokens every grant takes the segment's next token under
+  // the lock: the thread gets no lock-free state, and fast_acquire() says no.
+  if (a.hdr->fencing) return;
   if (e.holder != me) {
     e.holder = me;
     e.record = nullptr;

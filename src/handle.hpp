@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -14,8 +15,14 @@
 
 namespace shmsem::detail {
 
+namespace redis {
+struct remote;
+}
+
 struct handle {
   attachment* att = nullptr;
+  // Set instead of `att` for a Redis key (see redis/backend.hpp).
+  std::shared_ptr<redis::remote> remote;
   Options opts;
   std::uint64_t id = 0;
   std::atomic<bool> shut{false};

@@ -16,12 +16,14 @@ bool plain(unsigned char c) {
          c == '_' || c == ':' || c == '@' || c == '+' || c == '=' || c == ',' || c == '-';
 }
 
-std::string escape(std::string_view key) {
+}  // namespace
+
+std::string percent_escape(std::string_view key, std::string_view also) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
   out.reserve(key.size());
   for (unsigned char c : key) {
-    if (plain(c)) {
+    if (plain(c) || also.find(static_cast<char>(c)) != std::string_view::npos) {
       out += static_cast<char>(c);
     } else {
       out += '%';
@@ -31,6 +33,8 @@ std::string escape(std::string_view key) {
   }
   return out;
 }
+
+namespace {
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -58,7 +62,7 @@ void validate_key(std::string_view key) {
 }
 
 std::string key_to_name(std::string_view key) {
-  std::string esc = escape(key);
+  std::string esc = percent_escape(key);
   if (kNamePrefix.size() + esc.size() <= kMaxName) return std::string(kNamePrefix) + esc;
   // Two independent 64-bit FNV-1a hashes make 128 bits; the stored key
   // catches the (astronomically rare) collision.

@@ -16,6 +16,10 @@ namespace shmsem::detail {
 
 inline constexpr std::string_view kNamePrefix = "shmsem.";
 
+/// `s` with every byte outside [A-Za-z0-9._:@+=,-] (and outside `also`)
+/// as %XX: the escape of file names, and of Redis URLs.
+std::string percent_escape(std::string_view s, std::string_view also = {});
+
 /// Throws std::invalid_argument (naming the problem) for an invalid key.
 void validate_key(std::string_view key);
 

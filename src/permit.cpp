@@ -8,6 +8,7 @@
 
 #include "fastpath.hpp"
 #include "log.hpp"
+#include "redis/backend.hpp"
 #include "renewer.hpp"
 #include "segment.hpp"
 
@@ -29,6 +30,7 @@ Permit& Permit::operator=(Permit&& o) noexcept {
     acquired_at_ = o.acquired_at_;
     renewal_ = std::move(o.renewal_);
     observer_ = std::move(o.observer_);
+    fence_ = o.fence_;
     o.att_ = nullptr;
     o.id_ = 0;
   }
@@ -36,6 +38,7 @@ Permit& Permit::operator=(Permit&& o) noexcept {
 }
 
 std::string_view Permit::key() const noexcept {
+  if (auto* l = remote()) return detail::redis::key(*l);
   return att_ ? std::string_view(att_->key) : std::string_view();
 }
 
@@ -45,6 +48,7 @@ std::optional<std::chrono::milliseconds> Permit::ttl() const noexcept {
 }
 
 std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
+  if (auto* l = remote()) return detail::redis::expires_at(*l);
   std::int64_t exp = expires_ns_;
   if (att_) {
     // A renewal may have moved the expiry: read the slot, but keep what was
@@ -63,14 +67,17 @@ std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
 }
 
 bool Permit::is_held() const noexcept {
+  if (auto* l = remote()) return detail::redis::is_held(*l);
   return att_ && att_->holds(slot_, gen_, id_, detail::lease_clock(), nullptr);
 }
 
 bool Permit::auto_renewing() const noexcept {
+  if (auto* l = remote()) return detail::redis::auto_renewing(*l);
   return renewal_ && renewal_->active.load();
 }
 
 void Permit::stop_auto_renew() noexcept {
+  if (auto* l = remote()) detail::redis::stop_auto_renew(*l);
   if (renewal_) renewal_->stop();
 }
 
@@ -78,6 +85,7 @@ void Permit::extend(std::chrono::milliseconds ttl) {
   if (ttl.count() < 1 || ttl > kMaxDuration)
     throw std::invalid_argument("shmsem: extend() needs a TTL from 1 ms to kMaxDuration, got " +
                                 std::to_string(ttl.count()) + " ms");
+  if (remote()) return detail::redis::extend(*this, ttl);
   if (!att_)
     throw ExtensionError("shmsem: extend() on a permit that holds nothing (released or moved)");
   std::string why;
@@ -156,6 +164,8 @@ void Permit::release() {
 }
 
 void Permit::release_slowly() {
+  // A Redis lease is never fast_: it always comes here.
+  if (remote()) return detail::redis::release(*this);
   if (renewal_) renewal_->stop();
   attachment* a = att_;
   att_ = nullptr;

@@ -175,7 +175,7 @@ std::string loss::describe() const {
 namespace {
 
 void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
-                const std::string& path) {
+                const std::string& path, bool fencing) {
   auto* h = header(base);
   // Allocate before touching a byte: a full /dev/shm then fails here with
   // ENOSPC instead of killing us with SIGBUS on the first write. A crash
@@ -216,6 +216,7 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   h->next_permit_id = 1;
   h->next_ticket = 1;
   h->next_fence = 1;
+  h->fencing = fencing ? 1 : 0;
   link_free_holders(h, holders(base), 0, kInitialHolders);
   link_free_waiters(h, waiters(base), 0, kInitialWaiters);
   h->init_state.store(kReady, std::memory_order_release);
@@ -341,7 +342,8 @@ void warn_if_capacity_differs(const attachment& a, int permits) {
 
 attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t mode,
                                        std::chrono::milliseconds open_timeout,
-                                       const std::vector<std::string>& trusted_owners) {
+                                       const std::vector<std::string>& trusted_owners,
+                                       bool fencing) {
   validate_key(key);
   const std::string name = key_to_name(key);
   const std::string path = std::string(sys::kShmDir) + "/" + name;
@@ -425,7 +427,7 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
           log().warn(
               "semaphore '{}': its creator died during initialization; initializing {} again", key,
               path);
-        initialize(*file, base, key, permits, path);
+        initialize(*file, base, key, permits, path, fencing);
       } else if (p == problem::none) {
         reset_live_state(base);
       }
@@ -1097,7 +1099,10 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
   l.acquired_ns.store(now, std::memory_order_relaxed);
   l.expires_ns.store(expires, std::memory_order_relaxed);
   SHMSEM_HOOK(mid_grant);
-  id = hdr->next_permit_id++;
+  // With fencing, the permit id is the grant's token (no thread has
+  // lock-free state then: every grant comes here).
+  id = hdr->fencing ? hdr->next_fence.fetch_add(1, std::memory_order_relaxed)
+                    : hdr->next_permit_id++;
   add(hdr->stats.acquired, 1);
   if (expires != kNoExpiry) lower_earliest_expiry(expires);
   if (to) {

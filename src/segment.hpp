@@ -196,7 +196,8 @@ struct attachment {
   /// (untrusted_owner: see trust.hpp), std::invalid_argument.
   static attachment* acquire_handle(std::string_view key, int permits, mode_t mode,
                                     std::chrono::milliseconds open_timeout,
-                                    const std::vector<std::string>& trusted_owners);
+                                    const std::vector<std::string>& trusted_owners,
+                                    bool fencing = false);
   /// Drops one handle; unmaps when no handle and no permit remain.
   static void release_handle(attachment* a) noexcept;
   /// The mutex over every attachment's lifecycle fields (and the registry).

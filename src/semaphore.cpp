@@ -9,6 +9,7 @@
 #include "handle.hpp"
 #include "key.hpp"
 #include "log.hpp"
+#include "redis/backend.hpp"
 #include "renewer.hpp"
 #include "sys/futex.hpp"
 #include "sys/shm.hpp"
@@ -171,6 +172,7 @@ Semaphore::~Semaphore() {
     auto& v = detail::all_handles;
     v.erase(std::remove(v.begin(), v.end(), h_.get()), v.end());
   }
+  if (h_->remote) return;
   attachment::release_handle(h_->att);
 }
 
@@ -182,7 +184,8 @@ static void check_options(const Options& options) {
 }
 
 Semaphore Semaphore::open(std::string_view key, int permits, const Options& options) {
-  detail::validate_key(key);
+  const bool remote = detail::redis::is_redis_key(key);
+  if (!remote) detail::validate_key(key);
   if (permits < 1 || permits > kMaxCapacity)
     throw std::invalid_argument("shmsem: open('" + std::string(key) +
                                 "') needs permits from 1 to " + std::to_string(kMaxCapacity) +
@@ -190,8 +193,11 @@ Semaphore Semaphore::open(std::string_view key, int permits, const Options& opti
   check_options(options);
   auto h = std::make_unique<handle>();
   h->opts = options;
-  h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout,
-                                      options.trusted_owners);
+  if (remote)
+    h->remote = detail::redis::open(key, permits, options);
+  else
+    h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout,
+                                        options.trusted_owners, options.fencing);
   h->id = detail::next_handle_id++;
   {
     std::lock_guard g(detail::handles_mutex);
@@ -201,12 +207,16 @@ Semaphore Semaphore::open(std::string_view key, int permits, const Options& opti
 }
 
 Semaphore Semaphore::attach(std::string_view key, const Options& options) {
-  detail::validate_key(key);
+  const bool remote = detail::redis::is_redis_key(key);
+  if (!remote) detail::validate_key(key);
   check_options(options);
   auto h = std::make_unique<handle>();
   h->opts = options;
-  h->att = attachment::acquire_handle(key, 0, options.mode, options.open_timeout,
-                                      options.trusted_owners);
+  if (remote)
+    h->remote = detail::redis::open(key, 0, options);
+  else
+    h->att = attachment::acquire_handle(key, 0, options.mode, options.open_timeout,
+                                        options.trusted_owners);
   h->id = detail::next_handle_id++;
   {
     std::lock_guard g(detail::handles_mutex);
@@ -216,6 +226,7 @@ Semaphore Semaphore::attach(std::string_view key, const Options& options) {
 }
 
 bool Semaphore::remove(std::string_view key) {
+  if (detail::redis::is_redis_key(key)) return detail::redis::remove(key, false);
   detail::validate_key(key);
   const std::string name = detail::key_to_name(key);
   const int err = sys::shm_remove(name);
@@ -225,7 +236,15 @@ bool Semaphore::remove(std::string_view key) {
 }
 
 bool Semaphore::remove_if_unused(std::string_view key) {
+  if (detail::redis::is_redis_key(key)) return detail::redis::remove(key, true);
   return attachment::remove_if_unused(key);
+}
+
+std::vector<std::string> Semaphore::list(std::string_view server) {
+  if (!detail::redis::is_redis_key(server))
+    throw std::invalid_argument("shmsem: list(): '" + std::string(server) +
+                                "' is not a redis:// or redis+unix:// URL");
+  return detail::redis::list(server);
 }
 
 std::vector<std::string> Semaphore::list() {
@@ -255,11 +274,14 @@ std::vector<std::string> Semaphore::list() {
 }
 
 std::string Semaphore::segment_path(std::string_view key) {
+  if (detail::redis::is_redis_key(key))
+    throw std::invalid_argument("shmsem: a Redis key has no segment file");
   detail::validate_key(key);
   return std::string(sys::kShmDir) + "/" + detail::key_to_name(key);
 }
 
 std::string_view Semaphore::key() const noexcept {
+  if (h_->remote) return h_->remote->key;
   return h_->att->key;
 }
 
@@ -354,9 +376,11 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
     return acquire_locked(*h_, opts, resolve(*h_, n, opts), nullptr);
   }
   handle& h = *h_;
-  attachment& a = *h.att;
   const acquisition q = resolve(h, n, opts);
   if (opts.wait_timeout) detail::check_duration(*opts.wait_timeout, "wait_timeout", true);
+  if (h.remote) [[unlikely]]
+    return detail::redis::acquire(h, q.n, q.ttl_ms, q.renew, opts);
+  attachment& a = *h.att;
   detail::thread_entry* entry = detail::local_entry(a);
   detail::fast_grant fg;
   if (entry && !shut_down(h) && detail::fast_acquire(a, *entry, n, q.ttl_ms, fg))
@@ -369,6 +393,8 @@ namespace {
 // Kept out of line so that the fast path stays a short function.
 [[gnu::noinline]] Permit acquire_locked(handle& h, const AcquireOptions& opts, const acquisition& q,
                                         detail::thread_entry* entry) {
+  // A weight above any capacity comes here first, Redis handles included.
+  if (h.remote) return detail::redis::acquire(h, q.n, q.ttl_ms, q.renew, opts);
   attachment& a = *h.att;
   const int n = q.n;
   const bool shut = shut_down(h);
@@ -589,8 +615,10 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
     return try_acquire_locked(*h_, resolve(*h_, n, opts), nullptr);
   }
   handle& h = *h_;
-  attachment& a = *h.att;
   const acquisition q = resolve(h, n, opts);
+  if (h.remote) [[unlikely]]
+    return detail::redis::try_acquire(h, q.n, q.ttl_ms, q.renew);
+  attachment& a = *h.att;
   detail::thread_entry* entry = detail::local_entry(a);
   detail::fast_grant fg;
   if (entry && !shut_down(h) && detail::fast_acquire(a, *entry, n, q.ttl_ms, fg))
@@ -601,6 +629,7 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
 namespace {
 [[gnu::noinline]] std::optional<Permit> try_acquire_locked(handle& h, const acquisition& q,
                                                            detail::thread_entry* entry) {
+  if (h.remote) return detail::redis::try_acquire(h, q.n, q.ttl_ms, q.renew);
   attachment& a = *h.att;
   const int n = q.n;
   auto failed = [&](Outcome outcome) -> std::optional<Permit> {
@@ -659,6 +688,7 @@ Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t gen, std
                            int n, std::int64_t ttl_ms, bool renew, std::int64_t granted_ns,
                            bool fast) {
   Permit p(h.att, slot, n, id, gen, fast, ttl_ms, granted_ns);
+  if (h.att->hdr->fencing) p.fence_ = id;  // the id is the token (attachment::grant)
   if (h.opts.observer) [[unlikely]]
     p.observer_ = h.opts.observer;
   if (renew) [[unlikely]] {
@@ -684,16 +714,23 @@ Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t gen, std
 // Introspection
 
 int Semaphore::capacity() const noexcept {
+  if (h_->remote) return detail::redis::read_figures(*h_).capacity;
   return h_->att->capacity();
 }
 int Semaphore::used() const noexcept {
+  if (h_->remote) return detail::redis::read_figures(*h_).used;
   return h_->att->used();
 }
 int Semaphore::available() const noexcept {
+  if (h_->remote) {
+    const auto f = detail::redis::read_figures(*h_);
+    return std::max(0, f.capacity - f.used);
+  }
   const std::uint64_t g = h_->att->gate();
   return std::max(0, detail::layout::gate_capacity(g) - detail::layout::gate_used(g));
 }
 int Semaphore::waiters() const noexcept {
+  if (h_->remote) return detail::redis::read_figures(*h_).waiters;
   return h_->att->hdr->waiters.load(std::memory_order_relaxed);
 }
 bool Semaphore::empty() const noexcept {
@@ -703,11 +740,16 @@ bool Semaphore::full() const noexcept {
   return used() >= capacity();
 }
 double Semaphore::utilization() const noexcept {
+  if (h_->remote) {
+    const auto f = detail::redis::read_figures(*h_);
+    return static_cast<double>(f.used) / std::max(1, f.capacity);
+  }
   const std::uint64_t g = h_->att->gate();
   return static_cast<double>(detail::layout::gate_used(g)) /
          std::max(1, detail::layout::gate_capacity(g));
 }
 double Semaphore::utilization_smoothed() const noexcept {
+  if (h_->remote) return detail::redis::read_figures(*h_).smoothed;
   return h_->att->ewma_sample(detail::lease_clock());
 }
 
@@ -720,6 +762,7 @@ void read_histogram(const detail::layout::shared_histogram& in, Histogram& out) 
 }  // namespace
 
 Stats Semaphore::stats() const {
+  if (h_->remote) return detail::redis::stats(*h_);
   const attachment& a = *h_->att;
   const auto& s = a.hdr->stats;
   Stats out;
@@ -758,6 +801,7 @@ Stats Semaphore::stats() const {
 }
 
 std::vector<Holder> Semaphore::holders() const {
+  if (h_->remote) return detail::redis::holders(*h_);
   const attachment& a = *h_->att;
   std::vector<Holder> out;
   const std::int64_t now = detail::lease_clock();
@@ -794,6 +838,7 @@ std::vector<Holder> Semaphore::holders() const {
 }
 
 Snapshot Semaphore::snapshot() const {
+  if (h_->remote) return detail::redis::snapshot(*h_);
   Snapshot s;
   s.key = std::string(key());
   s.capacity = capacity();
@@ -832,6 +877,7 @@ void require_lock(const attachment& a, const segment_lock& lk, const char* call,
 }  // namespace
 
 int Semaphore::reap(std::optional<std::chrono::milliseconds> lock_timeout) {
+  if (h_->remote) return detail::redis::reap(*h_);
   attachment& a = *h_->att;
   int freed;
   {
@@ -848,6 +894,7 @@ void Semaphore::set_capacity(int permits, std::optional<std::chrono::millisecond
   if (permits < 1 || permits > kMaxCapacity)
     throw std::invalid_argument("shmsem: set_capacity() needs 1.." + std::to_string(kMaxCapacity) +
                                 ", got " + std::to_string(permits));
+  if (h_->remote) return detail::redis::set_capacity(*h_, permits);
   attachment& a = *h_->att;
   segment_lock lk(a, lock_deadline(lock_timeout));
   require_lock(a, lk, "set_capacity()", lock_timeout);
@@ -860,6 +907,7 @@ void Semaphore::set_capacity(int permits, std::optional<std::chrono::millisecond
 }
 
 int Semaphore::force_release_all(std::optional<std::chrono::milliseconds> lock_timeout) {
+  if (h_->remote) return detail::redis::force_release_all(*h_);
   attachment& a = *h_->att;
   segment_lock lk(a, lock_deadline(lock_timeout));
   require_lock(a, lk, "force_release_all()", lock_timeout);
@@ -886,6 +934,7 @@ int Semaphore::force_release_all(std::optional<std::chrono::milliseconds> lock_t
 }
 
 bool Semaphore::wait_idle(std::chrono::milliseconds timeout) {
+  if (h_->remote) return detail::redis::wait_idle(*h_, timeout);
   attachment& a = *h_->att;
   auto* hdr = a.hdr;
   const std::int64_t deadline =
@@ -915,7 +964,10 @@ bool Semaphore::wait_idle(std::chrono::milliseconds timeout) {
 void Semaphore::shutdown() {
   h_->shut.store(true);
   detail::stop_renewals_of(h_->id);
-  h_->nudge_waiters();
+  if (h_->remote)
+    detail::redis::shutdown(*h_);
+  else
+    h_->nudge_waiters();
 }
 
 void shutdown_all() {
@@ -924,7 +976,10 @@ void shutdown_all() {
   std::lock_guard g(detail::handles_mutex);
   for (auto* h : detail::all_handles) {
     h->shut.store(true);
-    h->nudge_waiters();
+    if (h->remote)
+      detail::redis::shutdown(*h);
+    else
+      h->nudge_waiters();
   }
 }
 

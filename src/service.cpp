@@ -144,7 +144,14 @@ struct Service::impl {
   bool current(const std::shared_ptr<entry>& e) {
     const std::int64_t now = sys::coarse_now_ns();
     if (now - e->checked_ns.load(std::memory_order_relaxed) < recheck_ns) return true;
-    const detail::attachment& a = *detail::semaphore_access::of(e->sem).att;
+    const detail::attachment* att = detail::semaphore_access::of(e->sem).att;
+    if (!att) {
+      // A Redis handle maps no file: each call asks the server, and a
+      // semaphore removed there is created again from open()'s permits.
+      e->checked_ns.store(now, std::memory_order_relaxed);
+      return true;
+    }
+    const detail::attachment& a = *att;
     dev_t dev = 0;
     ino_t ino = 0;
     const int err = sys::name_identity(a.path, dev, ino);

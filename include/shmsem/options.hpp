@@ -46,6 +46,24 @@ struct Options {
   /// their choosing. A name that is no user of this host matches nothing.
   /// See docs/ownership.md for sharing a semaphore across users.
   std::vector<std::string> trusted_owners;
+  /// Redis keys only: how long this process's session (and so its leases
+  /// and queued waits) outlives its last contact with Redis. A holder that
+  /// dies, is stopped or is cut off loses its seats this long after its
+  /// last renewal; a background thread renews at a third of it. A blocked
+  /// waiter sees a SIGKILLed holder's seat within about 4/3 of it. The
+  /// first handle of a key in a process sets it (100 ms .. kMaxDuration).
+  std::chrono::milliseconds session_timeout{3000};
+  /// Redis keys only: the bound on connecting to the server and on each
+  /// command. A call during an outage fails within its wait_timeout plus
+  /// this (1 ms .. kMaxDuration).
+  std::chrono::milliseconds connect_timeout{1000};
+  /// Shared memory only, and only when open() creates the segment (an
+  /// existing segment keeps what it was created with): every grant takes
+  /// the next value of one counter in the segment as its
+  /// Permit::fencing_token() (and as its id). Grants then go through the
+  /// segment lock. Without it tokens are 0 and the lock-free path is
+  /// unchanged. Redis grants always carry tokens.
+  bool fencing = false;
 };
 
 /// Settings of one acquire() or try_acquire().

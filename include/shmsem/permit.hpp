@@ -4,7 +4,8 @@
 // until release(), its destructor, or until the seats are lost: the TTL ran
 // out, the holder was judged dead, or an operator force-released them.
 // A Permit stays valid after the Semaphore handle that made it is destroyed.
-// If the holding process dies, its seats are reclaimed by the fleet.
+// If the holding process dies, its seats are reclaimed by the fleet (on
+// Redis, when its session lapses: Options::session_timeout).
 #pragma once
 
 #include <shmsem/export.hpp>
@@ -24,6 +25,10 @@ namespace detail {
 struct attachment;
 struct renewal;
 struct permit_access;
+namespace redis {
+struct lease;
+struct access;
+}  // namespace redis
 }  // namespace detail
 
 class SHMSEM_API Permit {
@@ -45,7 +50,8 @@ class SHMSEM_API Permit {
         expires_ns_(other.expires_ns_),
         acquired_at_(other.acquired_at_),
         renewal_(std::move(other.renewal_)),
-        observer_(std::move(other.observer_)) {}
+        observer_(std::move(other.observer_)),
+        fence_(other.fence_) {}
   /// Releases what this permit holds (quietly, as the destructor does), then takes other's lease.
   Permit& operator=(Permit&& other) noexcept;
   Permit(const Permit&) = delete;
@@ -63,6 +69,15 @@ class SHMSEM_API Permit {
   std::uint64_t id() const noexcept { return id_; }
   /// Number of seats this permit holds.
   int weight() const noexcept { return weight_; }
+  /// The grant's fencing token: a number that strictly increases with every
+  /// grant of this semaphore, so that a resource can refuse a writer whose
+  /// lease was lost (it carries an older token than one it has seen). On
+  /// Redis every grant has one; on shared memory, only a semaphore created
+  /// with Options::fencing has them, 0 otherwise. Either way it is then the
+  /// same number as id().
+  /// With capacity > 1 tokens order grants, not seats: compare them per
+  /// resource (per seat of work), not across the whole semaphore.
+  std::uint64_t fencing_token() const noexcept { return fence_; }
   /// The lease TTL, or nullopt for a lease without expiry.
   std::optional<std::chrono::milliseconds> ttl() const noexcept;
   /// When the seats were granted (CLOCK_MONOTONIC, one kernel tick of precision).
@@ -81,17 +96,24 @@ class SHMSEM_API Permit {
   /// A permit inherited across fork() belongs to the parent: release() in
   /// the child throws PermitNotHeldError and leaves the parent's seats alone.
   /// Thread-safe against the auto-renewal thread; call it from one thread at a time.
+  /// On Redis it is one round trip. If the server cannot be reached it
+  /// throws SegmentError (the driver's message); the permit is empty and
+  /// the release is retried in the background until Redis answers, or the
+  /// seats come back when this process's session lapses.
   void release();
 
   /// Sets the lease's expiry to now + ttl (ttl >= 1ms and <= kMaxDuration,
   /// else std::invalid_argument). A permit without TTL gains one. An
   /// auto-renewing permit is renewed with the new TTL from then on, at a
   /// third of it. Throws ExtensionError if the seats were already lost,
-  /// expired included.
+  /// expired included. On Redis, SegmentError if the server cannot be reached.
   void extend(std::chrono::milliseconds ttl);
 
   /// Live check against the segment, without any lock: false once the seats
-  /// were released, reaped, force-released, or their TTL ran out.
+  /// were released, reaped, force-released, or their TTL ran out. On Redis
+  /// it is a round trip; if the server cannot be reached it answers from
+  /// what this process knows (true until the session or the TTL would
+  /// have lapsed since the last successful call).
   bool is_held() const noexcept;
 
   /// True while a background renewal keeps this lease alive.
@@ -107,6 +129,7 @@ class SHMSEM_API Permit {
   friend class Semaphore;
   friend struct detail::attachment;
   friend struct detail::permit_access;
+  friend struct detail::redis::access;
   Permit(detail::attachment* a, std::uint32_t slot, int weight, std::uint64_t id, std::uint64_t gen,
          bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept {
     hold(a, slot, weight, id, gen, fast, ttl_ms, granted_ns);
@@ -126,10 +149,18 @@ class SHMSEM_API Permit {
     acquired_at_ = clock::time_point(std::chrono::nanoseconds(granted_ns));
   }
   void release_quietly() noexcept;
+  /// The Redis lease this permit holds, or null. It rides in att_ with its
+  /// lowest bit set (both types are aligned), so that the shared-memory
+  /// hot path keeps testing one pointer; members that follow att_ ask this
+  /// first.
+  detail::redis::lease* remote() const noexcept {
+    const auto bits = reinterpret_cast<std::uintptr_t>(att_);
+    return (bits & 1) ? reinterpret_cast<detail::redis::lease*>(bits - 1) : nullptr;
+  }
   /// release() for every case the lock-free release cannot take.
   void release_slowly();
 
-  detail::attachment* att_ = nullptr;
+  detail::attachment* att_ = nullptr;  // or a tagged Redis lease: see remote()
   std::uint32_t slot_ = 0;
   int weight_ = 0;
   std::uint64_t id_ = 0;
@@ -140,6 +171,7 @@ class SHMSEM_API Permit {
   clock::time_point acquired_at_{};
   std::shared_ptr<detail::renewal> renewal_;  // set only for auto-renewing permits
   std::shared_ptr<Observer> observer_;        // empty unless the handle has one
+  std::uint64_t fence_ = 0;                   // the fencing token, 0 without fencing
 };
 
 }  // namespace shmsem

@@ -87,6 +87,15 @@ class SHMSEM_API Semaphore {
   /// segment whose key cannot be read (hashed name, no permission) is left out.
   static std::vector<std::string> list();
 
+  /// URLs of the semaphores on the Redis server (or cluster) at `server`:
+  /// redis://[user:password@]host[:port][?db=N] or redis+unix://PATH[?db=N]
+  /// (a semaphore's URL names its server too). Each carries `server`'s
+  /// login, so that it can be opened. Sorted. Scans every master; blocks
+  /// up to Options{}.connect_timeout per call to the server. Throws
+  /// std::invalid_argument for a URL that is not Redis's, SegmentError when
+  /// the server cannot be reached.
+  static std::vector<std::string> list(std::string_view server);
+
   /// Where the segment for `key` lives (a path under /dev/shm).
   /// Throws std::invalid_argument for an invalid key.
   static std::string segment_path(std::string_view key);
@@ -189,7 +198,8 @@ class SHMSEM_API Semaphore {
   /// Reclaims dead holders' and expired leases' seats now and wakes waiters.
   /// Returns the seats freed. Waits for the segment lock without limit, or
   /// at most `lock_timeout`, then throws SegmentError (errc::lock_timeout,
-  /// naming the key).
+  /// naming the key). On Redis there is no segment lock: `lock_timeout` is
+  /// unused there, and Options::connect_timeout bounds the call.
   int reap(std::optional<std::chrono::milliseconds> lock_timeout = std::nullopt);
 
   /// Sets the fleet-wide capacity to `permits` (1..kMaxCapacity, else

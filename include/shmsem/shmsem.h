@@ -4,6 +4,11 @@
  *
  * A C program and a C++ or Python process that open the same key share the
  * same seats: this is a thin layer over the C++ API (shmsem::Semaphore).
+ * A key that is a Redis URL (redis://host[:port]/KEY or
+ * redis+unix:///PATH?key=KEY, see docs/redis.md) names a semaphore kept in
+ * Redis, shared by every host that reaches the server; every function below
+ * works on it, at the cost of a round trip to Redis where it says
+ * "lock-free" or "no lock".
  *
  * Conventions
  *   - Opaque handles: shmsem_sem (an open semaphore), shmsem_permit (a held
@@ -23,7 +28,8 @@
  *   - Thread safety: a shmsem_sem may be used from many threads at once. A
  *     shmsem_permit is used by one thread at a time (any thread).
  *   - If the process dies (even by SIGKILL) while it holds seats, the fleet
- *     reclaims them: waiters see them come back within about 20 ms.
+ *     reclaims them: waiters see them come back within about 20 ms (on
+ *     Redis, within the session timeout and a third of it).
  *
  * Durations are milliseconds in int64_t. Times (shmsem_holder) are
  * nanoseconds on CLOCK_MONOTONIC.
@@ -53,15 +59,17 @@ extern "C" {
 #define SHMSEM_EUNAVAILABLE (-2) /* try_acquire: the seats are not free now */
 #define SHMSEM_ENOTHELD (-3)     /* release: the seats were lost first (TTL, reaped, forced) */
 #define SHMSEM_EINVAL (-4)       /* a bad argument: key, n, duration, NULL, option size */
-#define SHMSEM_ESEGMENT (-5)     /* the segment cannot be used (access, corrupt, /dev/shm full) */
-#define SHMSEM_ECANCELED (-6)    /* the acquire's cancel token was cancelled */
-#define SHMSEM_ESHUTDOWN (-7)    /* shmsem_shutdown() or shmsem_shutdown_all() */
-#define SHMSEM_EEXCEEDS (-8)     /* n is larger than the capacity */
-#define SHMSEM_EEXTEND (-9)      /* extend: the seats were lost first */
-#define SHMSEM_EUNKNOWN (-10)    /* anything else; see shmsem_last_error() */
-#define SHMSEM_ENOMEM (-11)      /* out of memory */
-#define SHMSEM_ENOENT (-12)      /* SHMSEM_OPEN_NOCREATE and no such semaphore */
-#define SHMSEM_EUNTRUSTED (-13)  /* the segment's owner is a user this process does not trust */
+#define SHMSEM_ESEGMENT                                                                           \
+  (-5) /* the segment cannot be used (access, corrupt, /dev/shm full), or Redis cannot be reached \
+          or holds other data */
+#define SHMSEM_ECANCELED (-6)   /* the acquire's cancel token was cancelled */
+#define SHMSEM_ESHUTDOWN (-7)   /* shmsem_shutdown() or shmsem_shutdown_all() */
+#define SHMSEM_EEXCEEDS (-8)    /* n is larger than the capacity */
+#define SHMSEM_EEXTEND (-9)     /* extend: the seats were lost first */
+#define SHMSEM_EUNKNOWN (-10)   /* anything else; see shmsem_last_error() */
+#define SHMSEM_ENOMEM (-11)     /* out of memory */
+#define SHMSEM_ENOENT (-12)     /* SHMSEM_OPEN_NOCREATE and no such semaphore */
+#define SHMSEM_EUNTRUSTED (-13) /* the segment's owner is a user this process does not trust */
 
 /* The name of a code ("SHMSEM_ETIMEDOUT: timed out"), or "unknown code".
  * Never NULL; the string is static. */
@@ -85,13 +93,15 @@ typedef struct shmsem_cancel_token shmsem_cancel_token;
 /* Opens the semaphore `key`, creating it with `permits` seats (1..1000000)
  * if it does not exist. Many processes may open a new key at once: exactly
  * one creates it. An existing semaphore keeps its capacity (a warning is
- * logged if `permits` differs). Keys are 1..255 bytes without NUL.
+ * logged if `permits` differs). Keys are 1..255 bytes without NUL, or a
+ * Redis URL (its KEY 1..255 bytes).
  * On success *out is a new handle (close it with shmsem_close); on failure
  * *out is NULL. Errors: SHMSEM_EINVAL (key, permits), SHMSEM_ESEGMENT. */
 SHMSEM_API int shmsem_open(const char* key, uint32_t permits, shmsem_sem** out);
 
 /* Flags of shmsem_open_options. */
 #define SHMSEM_OPEN_NOCREATE 1u /* open an existing semaphore only; permits is ignored */
+#define SHMSEM_OPEN_FENCING 2u  /* shared memory, at creation: grants carry fencing tokens */
 
 typedef struct {
   uint32_t size;           /* sizeof(shmsem_open_options) */
@@ -101,15 +111,20 @@ typedef struct {
   int64_t default_ttl_ms;  /* TTL of this handle's permits when an acquire does not say; 0: none */
   int default_auto_renew;  /* non-zero: permits with a TTL renew in the background by default */
   int64_t open_timeout_ms; /* wait for another process that is creating it; < 0: 5000 */
+  /* Fields after the struct's first version (40 bytes): a library built
+   * before them refuses a non-zero value with SHMSEM_EINVAL. */
   /* Users whose segments to accept on purpose: a NULL-terminated array of
    * user names ("postgres") or decimal uids ("1001"), read during the call
-   * only; NULL: none. Added after the struct's first version: a library
-   * built before it refuses a non-NULL value with SHMSEM_EINVAL. */
+   * only; NULL: none. */
   const char* const* trusted_owners;
+  /* Redis keys only: */
+  int64_t session_timeout_ms; /* how long this process's leases outlive its last contact
+                                 with Redis; 0: 3000 */
+  int64_t connect_timeout_ms; /* bound on connecting and on each command; 0: 1000 */
   /* Later fields go after these. */
 } shmsem_open_options;
 /* clang-format off */
-#define SHMSEM_OPEN_OPTIONS_INIT {sizeof(shmsem_open_options), 0, 0600, 0, 0, 0, -1, NULL}
+#define SHMSEM_OPEN_OPTIONS_INIT {sizeof(shmsem_open_options), 0, 0600, 0, 0, 0, -1, NULL, 0, 0}
 /* clang-format on */
 
 /* shmsem_open with options (NULL: the defaults above). With
@@ -212,6 +227,13 @@ SHMSEM_API int shmsem_is_held(const shmsem_permit* p);
 SHMSEM_API uint64_t shmsem_permit_id(const shmsem_permit* p);
 /* Seats the permit holds, or a negative code. */
 SHMSEM_API int shmsem_permit_weight(const shmsem_permit* p);
+/* The grant's fencing token: it strictly increases with every grant of the
+ * semaphore, so a resource that remembers the highest token it accepted can
+ * refuse a holder whose seats were lost. Every grant on Redis has one; on
+ * shared memory only a semaphore created with SHMSEM_OPEN_FENCING does, and
+ * it is 0 otherwise (and for NULL). With capacity > 1 tokens order grants,
+ * not seats: compare them per unit of work, not across the semaphore. */
+SHMSEM_API uint64_t shmsem_permit_fencing_token(const shmsem_permit* p);
 
 /* ---------------------------------------------------------------- figures */
 
@@ -248,7 +270,7 @@ typedef struct {
 SHMSEM_API int shmsem_get_stats(const shmsem_sem* s, shmsem_stats* out);
 
 #define SHMSEM_HOLDER_ALIVE 0
-#define SHMSEM_HOLDER_DEAD 1    /* the process is gone; the seats will be reaped */
+#define SHMSEM_HOLDER_DEAD 1    /* the process is gone (on Redis: its session lapsed) */
 #define SHMSEM_HOLDER_EXPIRED 2 /* the TTL ran out; the seats will be reclaimed */
 
 /* One lease in the segment. */
@@ -260,6 +282,8 @@ typedef struct {
   int64_t expires_ns;        /* CLOCK_MONOTONIC; 0: no TTL */
   int32_t state;             /* SHMSEM_HOLDER_* */
   int32_t foreign_namespace; /* 1: the holder lives in another PID namespace */
+  char host[256];            /* on Redis, the holder's host name, NUL-terminated (truncated);
+                                "" on shared memory, whose holders are all on this host */
 } shmsem_holder;
 
 /* The current leases, read without a lock. Writes up to `max` of them to

@@ -67,10 +67,14 @@ SHMSEM_API const char* to_string(HolderState s) noexcept;
 /// One lease in the segment.
 struct Holder {
   /// The holder's pid as this process's PID namespace sees it, or 0 when it
-  /// is unknown there (foreign_namespace is then true).
+  /// is unknown there (foreign_namespace is then true). On Redis: the pid
+  /// on the holder's own host.
   int pid = 0;
   /// The holder lives in another PID namespace (another container).
   bool foreign_namespace = false;
+  /// On Redis, the holder's host name ($SHMSEM_HOST if it set one). Empty
+  /// on shared memory, whose holders are all on this host.
+  std::string host;
   std::uint64_t permit_id = 0;
   int weight = 0;
   std::chrono::steady_clock::time_point acquired_at;

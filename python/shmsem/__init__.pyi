@@ -36,6 +36,7 @@ class Holder:
     expires_at: Optional[float]
     state: str
     foreign_namespace: bool
+    host: str
 
 class Stats:
     acquired: int
@@ -69,6 +70,8 @@ class Permit:
     def id(self) -> int: ...
     @property
     def weight(self) -> int: ...
+    @property
+    def fencing_token(self) -> int: ...
     @property
     def key(self) -> str: ...
     @property
@@ -109,6 +112,9 @@ class Semaphore:
         auto_renew: bool = ...,
         open_timeout: float = ...,
         trusted_owners: Optional[Iterable[Union[str, int]]] = ...,
+        session_timeout: Optional[float] = ...,
+        connect_timeout: Optional[float] = ...,
+        fencing: bool = ...,
     ) -> None: ...
     @staticmethod
     def attach(
@@ -155,7 +161,7 @@ class Semaphore:
     @staticmethod
     def remove_if_unused(key: str) -> bool: ...
     @staticmethod
-    def list() -> List[str]: ...
+    def list(server: Optional[str] = ...) -> List[str]: ...
     @staticmethod
     def segment_path(key: str) -> str: ...
 

@@ -82,17 +82,22 @@ class Holder:
     """One lease in the segment, as Semaphore.holders() reports it.
 
     Times are on the time.monotonic() clock. state is "alive", "dead" (the
-    process is gone; the seats will be reaped) or "expired" (the TTL ran out).
+    process is gone, or on Redis its session lapsed; the seats will be
+    reaped) or "expired" (the TTL ran out).
     """
 
     pid: int
-    """The holder's pid in this PID namespace; 0 if it is in another one."""
+    """The holder's pid in this PID namespace; 0 if it is in another one.
+    On Redis, its pid on its own host."""
     weight: int
     permit_id: int
     acquired_at: float
     expires_at: Optional[float]
     state: str
     foreign_namespace: bool
+    host: str = ""
+    """On Redis, the holder's host name ($SHMSEM_HOST if it set one); "" on
+    shared memory, whose holders are all on this host."""
 
 
 @dataclasses.dataclass(frozen=True)

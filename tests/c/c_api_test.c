@@ -9,6 +9,8 @@
 
 #include <shmsem/shmsem.h>
 
+#include "c_test.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,41 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-static const char* current;
-
-#define CHECK(cond)                                                                         \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      fprintf(stderr, "%s:%d: %s: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, \
-              current, #cond, shmsem_last_error());                                         \
-      ++failures;                                                                           \
-      return;                                                                               \
-    }                                                                                       \
-  } while (0)
-
-#define CHECK_RC(call, want)                                                                      \
-  do {                                                                                            \
-    const long long rc_ = (long long)(call);                                                      \
-    if (rc_ != (long long)(want)) {                                                               \
-      fprintf(stderr, "%s:%d: %s: %s returned %lld (%s), want %lld (last error: %s)\n", __FILE__, \
-              __LINE__, current, #call, rc_, shmsem_strerror((int)rc_), (long long)(want),        \
-              shmsem_last_error());                                                               \
-      ++failures;                                                                                 \
-      return;                                                                                     \
-    }                                                                                             \
-  } while (0)
-
 static char key_buf[128];
 static const char* key(const char* name) {
   snprintf(key_buf, sizeof key_buf, "ctest.capi.%ld.%s", (long)getpid(), name);
   return key_buf;
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* Reads one byte from fd; -1 on EOF or error. */

@@ -149,6 +149,7 @@ TEST(BoundedIpc, FailOpenWhenTheSegmentBelongsToAnotherUser) {
 }
 
 TEST(BoundedIpc, FailOpenWhenDevShmIsReadOnly) {
+  SHMSEM_SHM_ONLY();
   unique_key key;
   child_process child([&] {
     // A private mount namespace with an empty read-only tmpfs on /dev/shm.

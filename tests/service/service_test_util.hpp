@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "test_support.hpp"
+
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -65,14 +67,24 @@ class log_capture {
 };
 
 /// Puts a directory where `key`'s segment belongs, so that opening the key
-/// fails with SegmentError whoever the caller is (root included).
+/// fails with SegmentError whoever the caller is (root included). On Redis,
+/// a string where the semaphore's hash belongs.
 class unopenable_key {
  public:
   explicit unopenable_key(std::string key) : key_(std::move(key)) {
+    if (on_redis()) {
+      occupy_in_redis(key_, true);  // a key of another type
+      return;
+    }
     path_ = Semaphore::segment_path(key_);
     if (::mkdir(path_.c_str(), 0700) != 0) throw std::runtime_error("mkdir " + path_);
   }
-  ~unopenable_key() { ::rmdir(path_.c_str()); }
+  ~unopenable_key() {
+    if (on_redis())
+      occupy_in_redis(key_, false);
+    else
+      ::rmdir(path_.c_str());
+  }
   unopenable_key(const unopenable_key&) = delete;
   unopenable_key& operator=(const unopenable_key&) = delete;
   const std::string& str() const { return key_; }

@@ -1,5 +1,10 @@
 #include "test_support.hpp"
 
+#include "redis/connection.hpp"
+#include "redis/url.hpp"
+#include "redis_server.hpp"
+#include "sys/clock.hpp"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/futex.h>
@@ -35,6 +40,7 @@ unique_key::unique_key(std::string_view tag) {
          current_test_name();
   if (!tag.empty()) key_ += "." + std::string(tag);
   if (key_.size() > 200) key_.resize(200);
+  if (on_redis()) key_ = backend_url(key_);
   Semaphore::remove(key_);
 }
 
@@ -201,8 +207,41 @@ bool asleep_in_futex(pid_t tid, pid_t pid) {
   std::string line, nr, addr, op;
   if (!std::getline(stat, line) || !(syscall >> nr >> addr >> op)) return false;
   const auto close = line.rfind(')');
+  const unsigned long own_wait =
+      on_redis() ? FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG : FUTEX_WAIT_BITSET;
   return close != std::string::npos && line.compare(close, 3, ") S") == 0 &&
-         nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == FUTEX_WAIT_BITSET;
+         nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == own_wait;
+}
+
+std::string_view test_backend() {
+  const char* b = std::getenv("SHMSEM_TEST_BACKEND");
+  return b && *b ? std::string_view(b) : std::string_view("shm");
+}
+
+bool on_redis() {
+  return test_backend() != "shm";
+}
+
+void occupy_in_redis(std::string_view url, bool occupy) {
+  const auto u = detail::redis::parse(url);
+  auto c = detail::redis::connection::open(u.ep, sys::precise_now_ns() + 10'000'000'000);
+  const std::string key = detail::redis::meta_key(u.key);
+  if (occupy)
+    c->run({"SET", key, "not a semaphore"}, sys::precise_now_ns() + 10'000'000'000);
+  else
+    c->run({"DEL", key}, sys::precise_now_ns() + 10'000'000'000);
+}
+
+std::string backend_url(std::string_view key) {
+  if (test_backend() == "redis") {
+    static redis_server server;
+    return server.url(key);
+  }
+  if (test_backend() == "redis-cluster") {
+    static redis_cluster cluster;
+    return cluster.url(key);
+  }
+  return {};
 }
 
 }  // namespace shmsem::test

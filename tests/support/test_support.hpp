@@ -16,6 +16,8 @@ namespace shmsem::test {
 
 /// A key no other test (or parallel ctest process) uses:
 /// "test.<pid>.<counter>.<gtest name>[.<tag>]". Removed on destruction.
+/// When the suite runs on Redis ($SHMSEM_TEST_BACKEND), the key is that
+/// name on the suite's private server, as a URL.
 class unique_key {
  public:
   explicit unique_key(std::string_view tag = "");
@@ -95,7 +97,24 @@ bool in_ci();
 /// library's own wait: futex(2) with FUTEX_WAIT_BITSET, not private. Other
 /// sleeps do not count: std::mutex and the sanitizers' runtimes wait with
 /// FUTEX_WAIT_PRIVATE, the segment lock with FUTEX_WAIT. A test polls it to
-/// know that a waiter is blocked, not merely started.
+/// know that a waiter is blocked, not merely started. When the suite runs
+/// on Redis, the library's own wait is a condition variable's, a private
+/// FUTEX_WAIT_BITSET.
 bool asleep_in_futex(pid_t tid, pid_t pid = 0);
+
+/// True when the suite runs on a Redis backend ($SHMSEM_TEST_BACKEND).
+bool on_redis();
+
+/// Puts a string where the Redis semaphore `url` would keep its main hash
+/// (`occupy`), so that opening it fails as with a key of another type; or
+/// deletes it again.
+void occupy_in_redis(std::string_view url, bool occupy);
+
+/// Skips a test that checks how the shared-memory backend is built rather
+/// than what a semaphore does.
+#define SHMSEM_SHM_ONLY()                                                         \
+  do {                                                                            \
+    if (::shmsem::test::on_redis()) GTEST_SKIP() << "shared-memory backend only"; \
+  } while (0)
 
 }  // namespace shmsem::test

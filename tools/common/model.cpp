@@ -9,12 +9,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <system_error>
 
 namespace semtop {
 
 namespace {
+
+bool is_redis_key(const std::string& key) {
+  return key.starts_with("redis://") || key.starts_with("redis+unix://");
+}
 
 // attach() and inspect() say not_found for a file that exists but was never
 // fully initialized; the tools tell it apart, since something is there.
@@ -23,8 +28,9 @@ auto existing(const std::string& key, Read read) -> decltype(read()) {
   try {
     return read();
   } catch (const shmsem::SegmentError& e) {
+    // A Redis key has no file that could be left uninitialized.
     struct stat st;
-    if (e.code() != shmsem::errc::not_found ||
+    if (e.code() != shmsem::errc::not_found || is_redis_key(key) ||
         ::lstat(shmsem::Semaphore::segment_path(key).c_str(), &st) != 0)
       throw;
     throw uninitialized_segment(make_error_code(shmsem::errc::bad_segment), e.what());
@@ -68,6 +74,19 @@ namespace {
 sample read_one(const std::string& key, const shmsem::Options& trust) {
   sample s;
   s.key = key;
+  if (is_redis_key(key)) {
+    // Redis has no file to read: a fresh handle each time, so that nothing
+    // stays attached and a removed key shows as vanished.
+    try {
+      shmsem::Options options = trust;
+      s.snap = attach_existing(key, options).snapshot();
+      s.snap->key = key;
+    } catch (const std::exception& e) {
+      s.snap.reset();
+      s.error = describe_error(e);
+    }
+    return s;
+  }
   try {
     s.snap = inspect_existing(key, trust);
     s.snap->key = key;
@@ -94,6 +113,34 @@ sample sample_one(const std::string& key, const shmsem::Options& trust) {
     // Not knowing who uses it is no reason to hide the rest.
   }
   return s;
+}
+
+std::vector<sample> sample_server(const std::string& url) {
+  std::vector<sample> out;
+  try {
+    for (const auto& key : shmsem::Semaphore::list(url)) out.push_back(read_one(key, {}));
+  } catch (const std::exception& e) {
+    sample s;
+    s.key = url;
+    s.error = describe_error(e);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+const std::string& local_host() {
+  static const std::string name = [] {
+    if (const char* h = std::getenv("SHMSEM_HOST"); h && *h) return std::string(h);
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0) return std::string();
+    return std::string(buf);
+  }();
+  return name;
+}
+
+std::string holder_command(const shmsem::Holder& h) {
+  if (!h.host.empty() && h.host != local_host()) return "-";
+  return h.pid > 0 ? process_name(h.pid) : "?";
 }
 
 std::vector<sample> sample_all(const shmsem::Options& trust) {

@@ -85,6 +85,14 @@ std::string owner_text(const shmsem::SegmentOwner& o);
 /// (a CLI11 validator for --trust-owner).
 std::string check_user(const std::string& user);
 
+/// Reads every semaphore on the Redis server at `url` (Semaphore::list of
+/// it). A server that cannot be listed becomes one sample with an error.
+std::vector<sample> sample_server(const std::string& url);
+
+/// The name holders of this host carry: $SHMSEM_HOST if set, else the
+/// host name. A holder elsewhere has no process here to name.
+const std::string& local_host();
+
 /// The short reason shown for a segment that cannot be read.
 std::string describe_error(const std::exception& e);
 
@@ -168,5 +176,7 @@ std::string format_age(std::optional<clock::duration> d);
 std::string format_rate(std::optional<double> r);
 /// The command name of a process from /proc/PID/comm, or "?" when gone.
 std::string process_name(int pid);
+/// process_name() of a holder on this host; "-" for one on another host.
+std::string holder_command(const shmsem::Holder& h);
 
 }  // namespace semtop

@@ -123,6 +123,24 @@ void escape(std::string& out, const char* format, unsigned value) {
 }  // namespace
 
 std::string printable(std::string_view text) {
+  // A Redis URL is shown without its password: "redis://user:pw@h/k" as
+  // "redis://user@h/k". The login ends at the authority's last '@' (TCP) or
+  // before the socket's absolute path (unix).
+  std::string redacted;
+  for (std::string_view scheme : {"redis://", "redis+unix://"}) {
+    if (text.substr(0, scheme.size()) != scheme) continue;
+    const std::string_view rest = text.substr(scheme.size());
+    const auto at = scheme == "redis://" ? rest.substr(0, rest.find_first_of("/?")).rfind('@')
+                                         : (rest.empty() || rest[0] == '/' ? std::string_view::npos
+                                                                           : rest.find("@/"));
+    if (at == std::string_view::npos) continue;
+    const auto colon = rest.substr(0, at).find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view user = rest.substr(0, colon);
+    redacted = std::string(scheme) + std::string(user) + (user.empty() ? "" : "@") +
+               std::string(rest.substr(at + 1));
+    text = redacted;
+  }
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
@@ -244,14 +262,15 @@ std::string util_bar(double u, int width, bool brackets) {
 }
 
 holder_cells holder_titles() {
-  return {"PID", "COMMAND", "WEIGHT", "HELD", "TTL LEFT", "STATE"};
+  return {"HOST", "PID", "COMMAND", "WEIGHT", "HELD", "TTL LEFT", "STATE"};
 }
 
 holder_cells cells(const shmsem::Holder& h, clock::time_point now) {
   holder_cells c;
+  c.host = h.host.empty() ? local_host() : printable(h.host);
   if (h.pid > 0) {
     c.pid = std::to_string(h.pid);
-    c.command = process_name(h.pid);
+    c.command = holder_command(h);
   } else {
     c.pid = "?";
     c.command = "?";
@@ -390,15 +409,15 @@ void print_info(std::ostream& out, const row& r, clock::time_point now) {
   if (s.holders.empty()) return;
   const auto t = holder_titles();
   char line[256];
-  std::snprintf(line, sizeof line, "  %8s  %-24s %6s %8s %9s  %s\n", t.pid.c_str(),
-                t.command.c_str(), t.weight.c_str(), t.held_for.c_str(), t.ttl_left.c_str(),
-                t.state.c_str());
+  std::snprintf(line, sizeof line, "  %-16s %8s  %-24s %6s %8s %9s  %s\n", t.host.c_str(),
+                t.pid.c_str(), t.command.c_str(), t.weight.c_str(), t.held_for.c_str(),
+                t.ttl_left.c_str(), t.state.c_str());
   out << line;
   for (const auto& h : s.holders) {
     const auto c = cells(h, now);
-    std::snprintf(line, sizeof line, "  %8s  %-24s %6s %8s %9s  %s\n", c.pid.c_str(),
-                  c.command.c_str(), c.weight.c_str(), c.held_for.c_str(), c.ttl_left.c_str(),
-                  c.state.c_str());
+    std::snprintf(line, sizeof line, "  %-16s %8s  %-24s %6s %8s %9s  %s\n", c.host.c_str(),
+                  c.pid.c_str(), c.command.c_str(), c.weight.c_str(), c.held_for.c_str(),
+                  c.ttl_left.c_str(), c.state.c_str());
     out << line;
   }
 }
@@ -451,8 +470,9 @@ nlohmann::json to_json(const row& r, clock::time_point now) {
   auto holders = nlohmann::json::array();
   for (const auto& h : s.holders) {
     nlohmann::json hj;
+    hj["host"] = h.host.empty() ? local_host() : h.host;
     hj["pid"] = h.pid;
-    hj["command"] = h.pid > 0 ? process_name(h.pid) : "?";
+    hj["command"] = holder_command(h);
     hj["foreign_namespace"] = h.foreign_namespace;
     hj["permit_id"] = h.permit_id;
     hj["weight"] = h.weight;

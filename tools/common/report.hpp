@@ -50,7 +50,7 @@ std::string util_bar(double u, int width, bool brackets = true);
 
 /// One holder, as semtop's holder view and `shmsem info` show it.
 struct holder_cells {
-  std::string pid, command, weight, held_for, ttl_left, state;
+  std::string host, pid, command, weight, held_for, ttl_left, state;
 };
 holder_cells cells(const shmsem::Holder& h, clock::time_point now);
 holder_cells holder_titles();

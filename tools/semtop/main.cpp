@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -37,8 +38,22 @@ struct settings {
   bool no_color = false;
   std::string filter;
   std::string sort = "key";
-  shmsem::Options trust;  // trusted_owners from --trust-owner
+  shmsem::Options trust;           // trusted_owners from --trust-owner
+  std::vector<std::string> redis;  // Redis servers whose semaphores are shown too
+  bool no_local = false;           // only theirs
 };
+
+// This host's semaphores and every --redis server's, as asked.
+std::vector<semtop::sample> sample(const settings& s) {
+  std::vector<semtop::sample> all;
+  if (!s.no_local) all = semtop::sample_all(s.trust);
+  for (const auto& url : s.redis) {
+    auto more = semtop::sample_server(url);
+    all.insert(all.end(), std::make_move_iterator(more.begin()),
+               std::make_move_iterator(more.end()));
+  }
+  return all;
+}
 
 semtop::sort_key parse_sort(const std::string& s) {
   if (s == "util") return semtop::sort_key::util;
@@ -54,13 +69,25 @@ std::chrono::nanoseconds interval(const settings& s) {
 
 int run_batch(const settings& s, semtop::model& m, const std::string& host) {
   if (s.prometheus) {
-    std::cout << shmsem::metrics_text();
+    if (s.redis.empty()) {
+      std::cout << shmsem::metrics_text();
+    } else {
+      std::vector<shmsem::Snapshot> snaps;
+      int skipped = 0;
+      for (auto& one : sample(s)) {
+        if (one.snap)
+          snaps.push_back(std::move(*one.snap));
+        else
+          ++skipped;
+      }
+      std::cout << shmsem::metrics_text(snaps, skipped);
+    }
     return std::cout.good() ? 0 : 1;
   }
   const int n = s.once ? 1 : std::max(1, s.iterations);
   for (int i = 0; i < n; ++i) {
     if (i > 0) std::this_thread::sleep_for(interval(s));
-    m.update(semtop::sample_all(s.trust), semtop::clock::now());
+    m.update(sample(s), semtop::clock::now());
     if (s.json) continue;  // one document, from the last sample
     if (i > 0) std::cout << "\n";
     semtop::print_table(std::cout, m, host, true);
@@ -149,7 +176,7 @@ int run_interactive(const settings& s, semtop::model& m, const std::string& host
       const auto now = semtop::clock::now();
       bool redraw = false;
       if (now >= next_refresh) {
-        m.update(semtop::sample_all(s.trust), now);
+        m.update(sample(s), now);
         next_refresh = now + interval(s);
         if (auto msg = log.sink->take()) v.set_message("shmsem: " + *msg);
         redraw = true;
@@ -178,7 +205,8 @@ int run_interactive(const settings& s, semtop::model& m, const std::string& host
 
 int main(int argc, char** argv) {
   settings s;
-  CLI::App app{"semtop: live view of the shmsem semaphores of this host", "semtop"};
+  CLI::App app{"semtop: live view of the shmsem semaphores of this host (and of Redis servers)",
+               "semtop"};
   app.set_version_flag("-V,--version", std::string("semtop ") + shmsem::kVersionString);
   app.add_option("-d,--delay", s.interval_s, "Refresh interval in seconds (default 1)")
       ->check(CLI::Range(0.05, 3600.0));
@@ -197,6 +225,10 @@ int main(int argc, char** argv) {
                  "Trust segments of this user (name or uid; repeatable): they are not marked "
                  "\"untrusted owner\"")
       ->check(CLI::Validator(semtop::check_user, "USER"));
+  app.add_option("--redis", s.redis,
+                 "Also show the semaphores of this Redis server (redis://host:port or "
+                 "redis+unix://PATH; repeat for more)");
+  app.add_flag("--no-local", s.no_local, "Do not show this host's semaphores (with --redis)");
   CLI11_PARSE(app, argc, argv);
 
   semtop::model m;

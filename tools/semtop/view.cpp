@@ -205,8 +205,9 @@ void view::draw_holders(int top) {
   put(top, 0, title, A_BOLD);
   const auto t = holder_titles();
   auto format = [](const holder_cells& c) {
-    return fit(c.pid, 8, true) + "  " + fit(c.command, 24) + " " + fit(c.weight, 6, true) + " " +
-           fit(c.held_for, 8, true) + " " + fit(c.ttl_left, 9, true) + "  " + c.state;
+    return fit(c.host, 16) + " " + fit(c.pid, 8, true) + "  " + fit(c.command, 24) + " " +
+           fit(c.weight, 6, true) + " " + fit(c.held_for, 8, true) + " " +
+           fit(c.ttl_left, 9, true) + "  " + c.state;
   };
   fill_line(top + 1, title_attr);
   put(top + 1, 0, format(t), title_attr);

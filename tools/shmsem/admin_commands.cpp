@@ -69,8 +69,11 @@ int drain(const std::string& key) {
 
 int reap(const std::string& key) {
   std::vector<std::string> keys;
+  const bool all = key.empty() || is_server_url(key);
   if (key.empty())
     keys = shmsem::Semaphore::list();
+  else if (all)
+    keys = shmsem::Semaphore::list(key);
   else
     keys.push_back(key);
   int rc = kOk, others = 0;
@@ -91,7 +94,7 @@ int reap(const std::string& key) {
       std::printf("%s: reaped %d seat%s%s\n", semtop::printable(k).c_str(), seats,
                   seats == 1 ? "" : "s", of_whom(whose).c_str());
     } catch (const std::exception& e) {
-      if (!key.empty()) throw;  // one named key: its error is the result
+      if (!all) throw;  // one named key: its error is the result
       error_message(semtop::printable(k) + ": " + e.what());
       rc = kFailure;
     }
@@ -258,8 +261,10 @@ void add_admin_commands(CLI::App& app, int& result) {
   {
     auto key = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand(
-        "reap", "Reclaim the seats of dead holders and expired leases (all semaphores, or KEY)");
-    cmd->add_option("key", *key, "Semaphore key");
+        "reap",
+        "Reclaim the seats of dead holders and expired leases (all semaphores, KEY, or every "
+        "semaphore of a Redis server)");
+    cmd->add_option("key", *key, "Semaphore key, or a Redis server's URL");
     cmd->callback([key, &result] { result = reap(*key); });
   }
   {

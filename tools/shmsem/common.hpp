@@ -48,4 +48,9 @@ void add_trust_option(CLI::App* cmd, std::vector<std::string>& owners);
 /// Prints "shmsem: <message>" to stderr.
 void error_message(const std::string& message);
 
+/// True for a Redis URL that names a server but no semaphore in it
+/// (redis://host:port, redis+unix://PATH): ls, reap and metrics then act
+/// on every semaphore there.
+bool is_server_url(std::string_view text);
+
 }  // namespace shmsem_cli

@@ -19,9 +19,13 @@
 namespace shmsem_cli {
 namespace {
 
-int ls(bool json, const shmsem::Options& trust) {
+int ls(bool json, const shmsem::Options& trust, const std::string& server) {
+  if (!server.empty() && !is_server_url(server))
+    throw std::invalid_argument("ls: '" + semtop::printable(server) +
+                                "' is not the URL of a Redis server (redis://host:port)");
   semtop::model m;
-  m.update(semtop::sample_all(trust), semtop::clock::now());
+  m.update(server.empty() ? semtop::sample_all(trust) : semtop::sample_server(server),
+           semtop::clock::now());
   const auto rows = m.rows();
   if (json) {
     auto arr = nlohmann::json::array();
@@ -87,7 +91,24 @@ int info(const std::string& key, bool json, const shmsem::Options& trust) {
   return kOk;
 }
 
-int metrics(const std::string& textfile) {
+int metrics(const std::string& textfile, const std::string& server) {
+  if (!server.empty()) {
+    if (!textfile.empty())
+      throw std::invalid_argument("metrics: --textfile writes this host's metrics only");
+    if (!is_server_url(server))
+      throw std::invalid_argument("metrics: '" + semtop::printable(server) +
+                                  "' is not the URL of a Redis server (redis://host:port)");
+    std::vector<shmsem::Snapshot> snaps;
+    int skipped = 0;
+    for (auto& s : semtop::sample_server(server)) {
+      if (s.snap)
+        snaps.push_back(std::move(*s.snap));
+      else
+        ++skipped;
+    }
+    std::cout << shmsem::metrics_text(snaps, skipped);
+    return kOk;
+  }
   if (textfile.empty())
     std::cout << shmsem::metrics_text();
   else
@@ -101,11 +122,15 @@ void add_inspect_commands(CLI::App& app, int& result) {
   {
     auto json = std::make_shared<bool>(false);
     auto trust = std::make_shared<shmsem::Options>();
+    auto server = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand(
-        "ls", "List the semaphores of this host, with owner and mode (read-only, any owner)");
+        "ls",
+        "List the semaphores of this host, with owner and mode (read-only, any owner), or of a "
+        "Redis server");
+    cmd->add_option("server", *server, "A Redis server's URL (redis://host:port)");
     cmd->add_flag("--json", *json, "Print JSON: every semaphore with its stats and holders");
     add_trust_option(cmd, trust->trusted_owners);
-    cmd->callback([json, trust, &result] { result = ls(*json, *trust); });
+    cmd->callback([json, trust, server, &result] { result = ls(*json, *trust, *server); });
   }
   {
     auto key = std::make_shared<std::string>();
@@ -122,11 +147,14 @@ void add_inspect_commands(CLI::App& app, int& result) {
   }
   {
     auto textfile = std::make_shared<std::string>();
+    auto server = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand(
         "metrics", "Print every semaphore's metrics in the Prometheus text exposition format");
+    cmd->add_option("server", *server,
+                    "A Redis server's URL: its semaphores instead of the host's");
     cmd->add_option("--textfile", *textfile,
                     "Write atomically to this file instead (node_exporter textfile collector)");
-    cmd->callback([textfile, &result] { result = metrics(*textfile); });
+    cmd->callback([textfile, server, &result] { result = metrics(*textfile, *server); });
   }
 }
 

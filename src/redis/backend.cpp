@@ -1,0 +1,1027 @@
+// The Redis backend's Semaphore and Permit members: each is one script
+// (two for a wait that ends without a grant), its reply turned into the
+// same results and errors as on shared memory.
+#include "redis/backend.hpp"
+
+#include <shmsem/errors.hpp>
+#include <shmsem/observer.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stop_token>
+
+#include "handle.hpp"
+#include "log.hpp"
+#include "redis/scripts.hpp"
+#include "redis/session.hpp"
+#include "redis/url.hpp"
+#include "sys/clock.hpp"
+
+namespace shmsem::detail {
+extern std::atomic<bool> process_shut_down;
+}
+
+namespace shmsem::detail::redis {
+
+/// Builds Permits of Redis leases (Permit's fields are private).
+struct access {
+  static Permit make(lease* l, int n, std::int64_t ttl_ms, std::int64_t granted_ns) {
+    Permit p;
+    p.att_ = reinterpret_cast<detail::attachment*>(reinterpret_cast<std::uintptr_t>(l) | 1);
+    p.id_ = l->id;
+    p.fence_ = l->id;
+    p.weight_ = n;
+    p.ttl_ms_ = ttl_ms;
+    p.expires_ns_ = ttl_ms > 0 ? granted_ns + ttl_ms * 1'000'000 : 0;
+    p.acquired_at_ = Permit::clock::time_point(std::chrono::nanoseconds(granted_ns));
+    return p;
+  }
+  static lease* take(Permit& p) noexcept {
+    lease* l = p.remote();
+    p.att_ = nullptr;
+    return l;
+  }
+  static lease* get(Permit& p) noexcept { return p.remote(); }
+  static void set_ttl(Permit& p, std::int64_t ttl_ms, std::int64_t expires_ns) {
+    p.ttl_ms_ = ttl_ms;
+    p.expires_ns_ = expires_ns;
+  }
+  static std::chrono::nanoseconds held_for(const Permit& p) {
+    return Permit::clock::now() - p.acquired_at_;
+  }
+};
+
+namespace {
+
+using state_ptr = std::shared_ptr<semaphore_state>;
+
+std::string new_epoch() {
+  return random_id(32);
+}
+
+std::int64_t ms_ns(std::int64_t ms) {
+  return ms * 1'000'000;
+}
+
+// Objects made before a fork() belong to the parent: a child must neither
+// use their sockets nor run their destructors (their mutexes may be held
+// by threads that do not exist in it).
+template <class T>
+void abandon(std::shared_ptr<T>&& p) noexcept {
+  new std::shared_ptr<T>(std::move(p));
+}
+
+bool shut_down(const handle& h) {
+  return h.shut.load(std::memory_order_relaxed) ||
+         detail::process_shut_down.load(std::memory_order_relaxed);
+}
+
+// The handle's state, a fresh one for this process after a fork().
+state_ptr state_of(const handle& h) {
+  remote& r = *h.remote;
+  state_ptr s = r.state.load();
+  if (s->fork_gen == fork_generation()) [[likely]]
+    return s;
+  state_ptr fresh = state_for(s->where);
+  {
+    std::lock_guard g(fresh->mu);
+    fresh->recreate_cap = std::max(fresh->recreate_cap, r.permits ? r.permits : s->recreate_cap);
+    fresh->session_ms = std::chrono::milliseconds(h.opts.session_timeout).count();
+    fresh->connect_timeout_ns = std::chrono::nanoseconds(h.opts.connect_timeout).count();
+  }
+  if (r.state.compare_exchange_strong(s, fresh)) abandon(std::move(s));
+  return r.state.load();
+}
+
+std::string seats(int n) {
+  return std::to_string(n) + " seat" + (n == 1 ? "" : "s");
+}
+
+// A reply that says the keys are not a shmsem semaphore, in words.
+std::string foreign_data(const semaphore_state& s, const reply& r) {
+  const std::string_view st = r.at(0).str();
+  if (st == "wrongtype")
+    return "the Redis key '" + std::string(r.at(1).str()) + "' holds a " +
+           std::string(r.at(2).str()) + ", not a shmsem semaphore; it was left alone";
+  if (st == "garbage")
+    return "the Redis key '" + s.meta +
+           "' is a hash that is not a shmsem semaphore; it was left alone";
+  if (r.is_error()) return "Redis answered: " + std::string(r.str());
+  return "unexpected reply '" + std::string(st) + "' from Redis";
+}
+
+[[noreturn]] void throw_io(const semaphore_state& s, const std::string& doing, const io_error& e) {
+  throw SegmentError(e.code(), "shmsem: " + doing + " of '" + s.where.display + "': " + e.what());
+}
+
+// Runs a script with the state's key; the deadline is one connect timeout.
+reply run(semaphore_state& s, const script& sc, const std::vector<std::string>& args,
+          std::int64_t* sent_at = nullptr) {
+  std::int64_t timeout;
+  {
+    std::lock_guard g(s.mu);
+    timeout = s.connect_timeout_ns;
+  }
+  const std::int64_t now = sys::precise_now_ns();
+  if (sent_at) *sent_at = now;
+  return s.cli->eval(sc, s.meta, args, now + timeout);
+}
+
+// A new lease of this process: registered for renewal and loss reports.
+Permit make_permit(const handle& h, const state_ptr& s, std::uint64_t id, const std::string& epoch,
+                   int n, std::int64_t ttl_ms, bool renew, std::int64_t granted_ns) {
+  auto* l = new lease;
+  l->sem = s;
+  l->id = id;
+  l->epoch = epoch;
+  l->weight = n;
+  l->handle_id = h.id;
+  l->fork_gen = s->fork_gen;
+  l->observer = h.opts.observer;
+  l->ttl_ms = ttl_ms;
+  l->auto_renew = renew && !shut_down(h);
+  l->renewed_ns = granted_ns;
+  l->expires_ns.store(ttl_ms > 0 ? granted_ns + ms_ns(ttl_ms) : 0);
+  bool poke;
+  {
+    std::lock_guard g(s->mu);
+    poke = !s->watched || l->auto_renew;
+    s->leases.push_back(l);
+  }
+  // A watched state has a renewal due no later than this lease needs one
+  // (unless it auto-renews at a shorter TTL): no need to wake the keeper.
+  if (poke) keeper::get().watch(s);
+  return access::make(l, n, ttl_ms, granted_ns);
+}
+
+// Runs the acquire script. If no reply comes, the request is voided (the
+// keeper makes sure it grants nothing, whenever it runs) and io_error
+// propagates.
+reply run_acquire(semaphore_state& s, int n, std::int64_t ttl_ms, const char* mode,
+                  std::int64_t& sent_at) {
+  std::vector<std::string> args;
+  {
+    std::lock_guard g(s.mu);
+    args = {std::to_string(s.recreate_cap),
+            new_epoch(),
+            s.sid,
+            std::to_string(s.session_ms),
+            std::to_string(n),
+            std::to_string(ttl_ms),
+            std::to_string(s.pid),
+            s.host,
+            mode,
+            new_epoch()};
+  }
+  try {
+    return run(s, scripts::acquire(), args, &sent_at);
+  } catch (const io_error&) {
+    std::lock_guard g(s.mu);
+    s.voided.push_back(args.back());
+    throw;
+  }
+}
+
+// Takes the epoch of a reply; leases of an older one are lost.
+void saw_epoch(semaphore_state& s, std::string_view epoch) {
+  std::vector<lease*> lost;
+  std::vector<loss_note> notes;
+  {
+    std::lock_guard g(s.mu);
+    s.saw_epoch(std::string(epoch), &lost);
+    for (lease* l : lost)
+      if (auto note = s.take_loss_note(*l)) notes.push_back(std::move(*note));
+  }
+  for (const auto& note : notes) s.tell(note);
+}
+
+void touched(semaphore_state& s, std::int64_t sent_at) {
+  std::lock_guard g(s.mu);
+  s.touched_ns = std::max(s.touched_ns, sent_at);
+}
+
+AcquireEvent event(semaphore_state& s, int n, std::uint64_t id, Outcome o, bool waited,
+                   std::chrono::nanoseconds wait, std::uint32_t wakeups) {
+  std::lock_guard g(s.mu);
+  return AcquireEvent{s.where.display, s.last_cap, n, s.last_used, id, wakeups, wait, o, waited};
+}
+
+}  // namespace
+
+bool is_redis_key(std::string_view key) noexcept {
+  return is_redis_url(key);
+}
+
+std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o) {
+  const url u = parse(key);
+  if (o.session_timeout < std::chrono::milliseconds(100) || o.session_timeout > kMaxDuration)
+    throw std::invalid_argument(
+        "shmsem: session_timeout of " + std::to_string(o.session_timeout.count()) +
+        " ms is out of range (100.." + std::to_string(kMaxDuration.count()) + " ms)");
+  if (o.connect_timeout < std::chrono::milliseconds(1) || o.connect_timeout > kMaxDuration)
+    throw std::invalid_argument("shmsem: connect_timeout of " +
+                                std::to_string(o.connect_timeout.count()) + " ms is out of range");
+  state_ptr s = state_for(u);
+  {
+    std::lock_guard g(s->mu);
+    if (s->recreate_cap == 0) {
+      // The first handle of this key in the process sets the session.
+      s->session_ms = o.session_timeout.count();
+    }
+    s->connect_timeout_ns = std::chrono::nanoseconds(o.connect_timeout).count();
+  }
+  reply r;
+  try {
+    r = run(*s, scripts::open(), {std::to_string(permits), new_epoch()});
+  } catch (const io_error& e) {
+    throw SegmentError(e.code(), "shmsem: cannot open '" + u.display + "' in Redis: " + e.what());
+  }
+  const std::string_view st = r.at(0).str();
+  if (st == "absent")
+    throw SegmentError(make_error_code(errc::not_found),
+                       "shmsem: no semaphore '" + u.display + "' in Redis");
+  if (st != "ok" && st != "created")
+    throw SegmentError(make_error_code(errc::bad_segment),
+                       "shmsem: cannot open '" + u.display + "' in Redis: " + foreign_data(*s, r));
+  const int cap = static_cast<int>(r.at(2).integer());
+  if (st == "ok" && permits > 0 && cap != permits)
+    log().warn("semaphore '{}' exists with capacity {}; open(..., {}) keeps it", u.display, cap,
+               permits);
+  {
+    std::lock_guard g(s->mu);
+    // After a loss of data, open()'s permits re-create the semaphore; an
+    // attach() knows only the capacity it found.
+    s->recreate_cap = std::max(s->recreate_cap, permits > 0 ? permits : cap);
+    s->last_cap = cap;
+  }
+  saw_epoch(*s, r.at(1).str());
+  auto rm = std::make_shared<remote>();
+  rm->state.store(s);
+  rm->key = u.display;
+  rm->permits = permits;
+  return rm;
+}
+
+bool remove(std::string_view key, bool only_unused) {
+  const url u = parse(key);
+  state_ptr s = state_for(u);
+  reply r;
+  try {
+    r = run(*s, scripts::destroy(), {only_unused ? "1" : "0"});
+  } catch (const io_error& e) {
+    throw_io(*s, "cannot remove Redis semaphore", e);
+  }
+  const std::string_view st = r.at(0).str();
+  if (st == "busy") return false;
+  if (st != "ok")
+    throw SegmentError(
+        make_error_code(errc::bad_segment),
+        "shmsem: cannot remove Redis semaphore '" + u.display + "': " + foreign_data(*s, r));
+  return r.at(1).integer() == 1;
+}
+
+std::vector<std::string> list(std::string_view server) {
+  const url u = parse(server, false);
+  auto cli = client::get(u.ep);
+  const std::int64_t timeout = std::chrono::nanoseconds(Options{}.connect_timeout).count();
+  std::vector<std::string> out;
+  try {
+    for (const endpoint& node : cli->masters(sys::precise_now_ns() + timeout)) {
+      std::string cursor = "0";
+      do {
+        // The main hash of each semaphore: "shmsem{KEY}", nothing after.
+        const reply r = cli->command_on(
+            node, {"SCAN", cursor, "MATCH", "shmsem{*}", "COUNT", "1000", "TYPE", "hash"},
+            sys::precise_now_ns() + timeout);
+        if (r.is_error())
+          throw io_error(std::make_error_code(std::errc::io_error), std::string(r.str()));
+        cursor = std::string(r.at(0).str());
+        const reply keys = r.at(1);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          if (auto key = key_of_meta(keys.at(i).str())) out.push_back(with_key(u, *key));
+        }
+      } while (cursor != "0" && !cursor.empty());
+    }
+  } catch (const io_error& e) {
+    throw SegmentError(e.code(),
+                       "shmsem: cannot list the semaphores of '" + u.display + "': " + e.what());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Acquisition
+
+namespace {
+
+AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const std::string& detail,
+                                   std::exception_ptr cause = nullptr) {
+  int cap;
+  {
+    std::lock_guard g(s.mu);
+    cap = s.last_cap;
+  }
+  static constexpr const char* kWhat[] = {"timed out", "cancelled", "shut down", nullptr,
+                                          "Redis error"};
+  std::string msg = "shmsem: cannot acquire " + seats(n) + " of '" + s.where.display + "': ";
+  msg += r == Reason::exceeds_capacity ? "more than the capacity of " + std::to_string(cap)
+                                       : kWhat[static_cast<int>(r)];
+  if (!detail.empty()) msg += ": " + detail;
+  return AcquisitionError(r, msg, cause);
+}
+
+// The acquisition failed for a reason the caller should see; tells the observer.
+[[noreturn]] void fail(const handle& h, semaphore_state& s, Reason r, int n, bool waited,
+                       std::int64_t started, std::uint32_t wakeups, const std::string& detail = {},
+                       std::exception_ptr cause = nullptr) {
+  static constexpr Outcome kOutcome[] = {Outcome::timeout, Outcome::cancelled, Outcome::shutdown,
+                                         Outcome::exceeds_capacity, Outcome::error};
+  if (h.opts.observer) {
+    const AcquireEvent e =
+        event(s, n, 0, kOutcome[static_cast<int>(r)], waited,
+              std::chrono::nanoseconds(sys::precise_now_ns() - started), wakeups);
+    notify(h.opts.observer, [&](Observer& o) {
+      if (waited) o.on_wait_end(e);
+      o.on_acquire(e);
+    });
+  }
+  throw acquisition_error(s, r, n, detail, cause);
+}
+
+Permit granted(const handle& h, const state_ptr& s, std::uint64_t id, int n, std::int64_t ttl_ms,
+               bool renew, std::int64_t granted_ns, bool waited, std::int64_t started,
+               std::uint32_t wakeups) {
+  std::string epoch;
+  {
+    std::lock_guard g(s->mu);
+    epoch = s->epoch;
+  }
+  Permit p = make_permit(h, s, id, epoch, n, ttl_ms, renew, granted_ns);
+  if (h.opts.observer) {
+    const AcquireEvent e =
+        event(*s, n, id, Outcome::acquired, waited,
+              std::chrono::nanoseconds(sys::precise_now_ns() - started), wakeups);
+    notify(h.opts.observer, [&](Observer& o) {
+      if (waited) o.on_wait_end(e);
+      o.on_acquire(e);
+    });
+  }
+  return p;
+}
+
+const char* counter_of(Reason r) {
+  switch (r) {
+    case Reason::timeout:
+      return "timeouts";
+    case Reason::cancelled:
+      return "cancelled";
+    case Reason::shutdown:
+      return "shutdowns";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts) {
+  const state_ptr sp = state_of(h);
+  semaphore_state& s = *sp;
+  const std::int64_t started = sys::precise_now_ns();
+  if (shut_down(h)) fail(h, s, Reason::shutdown, n, false, started, 0);
+  std::int64_t deadline = sys::kNever;
+  if (opts.wait_timeout) deadline = started + std::chrono::nanoseconds(*opts.wait_timeout).count();
+  const bool once = opts.wait_timeout && opts.wait_timeout->count() <= 0;
+
+  reply r;
+  std::int64_t sent_at = 0;
+  try {
+    r = run_acquire(s, n, ttl_ms, once ? "once" : "wait", sent_at);
+  } catch (const io_error& e) {
+    keeper::get().watch(sp);
+    fail(h, s, Reason::error, n, false, started, 0, "cannot reach Redis: " + std::string(e.what()),
+         std::make_exception_ptr(SegmentError(e.code(), e.what())));
+  }
+  const std::string st(r.at(0).str());
+  if (st != "ok" && st != "queued" && st != "full" && st != "exceeds")
+    fail(h, s, Reason::error, n, false, started, 0, foreign_data(s, r));
+  touched(s, sent_at);
+  saw_epoch(s, r.at(1).str());
+  {
+    std::lock_guard g(s.mu);
+    s.last_cap = static_cast<int>(r.at(st == "ok" || st == "queued" ? 3 : 2).integer());
+    s.last_used = static_cast<int>(r.at(st == "ok" || st == "queued" ? 4 : 3).integer());
+  }
+  if (st == "ok")
+    return granted(h, sp, static_cast<std::uint64_t>(r.at(2).integer()), n, ttl_ms, renew,
+                   sys::precise_now_ns(), false, started, 0);
+  if (st == "exceeds") fail(h, s, Reason::exceeds_capacity, n, false, started, 0);
+  if (st == "full") fail(h, s, Reason::timeout, n, false, started, 0);
+
+  // Queued: sleep until the keeper hears the grant (or a rejection), the
+  // caller gives up, or the session is lost.
+  waiter w;
+  w.wid = static_cast<std::uint64_t>(r.at(2).integer());
+  const long long expiry_ms = r.at(5).integer();
+  {
+    std::lock_guard g(s.mu);
+    s.add_waiter(w);
+    if (expiry_ms >= 0) {
+      const std::int64_t due = sent_at + ms_ns(expiry_ms);
+      if (s.expiry_due_ns == 0 || due < s.expiry_due_ns) s.expiry_due_ns = due;
+    }
+  }
+  keeper::get().watch(sp);
+  if (h.opts.observer)
+    notify(h.opts.observer, [&](Observer& o) { o.on_wait_start(s.where.display, n); });
+  std::stop_callback on_stop(opts.stop, [&s] {
+    std::lock_guard g(s.mu);
+    s.cv.notify_all();
+  });
+  Reason reason = Reason::timeout;
+  std::uint32_t wakeups = 0;
+  waiter::state outcome;
+  // Why the caller stops waiting, if it does.
+  auto gives_up = [&]() -> std::optional<Reason> {
+    if (opts.stop.stop_requested()) return Reason::cancelled;
+    if (shut_down(h)) return Reason::shutdown;
+    if (sys::precise_now_ns() >= deadline) return Reason::timeout;
+    return std::nullopt;
+  };
+  {
+    std::unique_lock lk(s.mu);
+    while (w.st == waiter::state::waiting) {
+      if (auto why = gives_up()) {
+        reason = *why;
+        break;
+      }
+      if (deadline == sys::kNever)
+        s.cv.wait(lk);
+      else
+        s.cv.wait_for(lk, std::chrono::nanoseconds(deadline - sys::precise_now_ns()));
+      ++wakeups;
+    }
+    outcome = w.st;
+    s.waiters.erase(w.wid);
+    if (outcome == waiter::state::granted || outcome == waiter::state::rejected)
+      s.claimed.push_back(std::to_string(w.wid));
+  }
+  switch (outcome) {
+    case waiter::state::granted:
+      return granted(h, sp, w.lease_id, n, ttl_ms, renew, sys::precise_now_ns(), true, started,
+                     wakeups);
+    case waiter::state::rejected:
+      fail(h, s, Reason::exceeds_capacity, n, true, started, wakeups);
+    case waiter::state::gone:
+      fail(h, s, Reason::error, n, true, started, wakeups, w.error);
+    case waiter::state::waiting:
+      break;
+  }
+
+  // Leave the queue. A grant that arrived as the budget ran out is kept; one
+  // that raced with a cancel or a shutdown goes back.
+  const std::string epoch = [&] {
+    std::lock_guard g(s.mu);
+    return s.epoch;
+  }();
+  try {
+    const std::vector<std::string> args = {epoch,
+                                           s.sid,
+                                           std::to_string(s.session_ms),
+                                           std::to_string(w.wid),
+                                           counter_of(reason),
+                                           reason == Reason::timeout ? "1" : "0"};
+    const reply c = run(s, scripts::cancel(), args, &sent_at);
+    const std::string_view cs = c.at(0).str();
+    if (cs == "granted")
+      return granted(h, sp, static_cast<std::uint64_t>(c.at(1).integer()), n, ttl_ms, renew,
+                     sys::precise_now_ns(), true, started, wakeups);
+    if (cs == "rejected") reason = Reason::exceeds_capacity;
+    if (!c.is_error()) touched(s, sent_at);
+  } catch (const io_error&) {
+    // Redis cannot be told now: the keeper will, and gives back a grant.
+    {
+      std::lock_guard g(s.mu);
+      s.abandoned.push_back(std::to_string(w.wid));
+    }
+    keeper::get().watch(sp);
+  }
+  fail(h, s, reason, n, true, started, wakeups);
+}
+
+std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) {
+  const state_ptr sp = state_of(h);
+  semaphore_state& s = *sp;
+  const std::int64_t started = sys::precise_now_ns();
+  auto failed = [&](Outcome o) -> std::optional<Permit> {
+    if (h.opts.observer) {
+      const AcquireEvent e = event(s, n, 0, o, false, std::chrono::nanoseconds(0), 0);
+      notify(h.opts.observer, [&](Observer& ob) { ob.on_acquire(e); });
+    }
+    return std::nullopt;
+  };
+  if (shut_down(h)) return failed(Outcome::shutdown);
+  reply r;
+  std::int64_t sent_at = 0;
+  try {
+    r = run_acquire(s, n, ttl_ms, "try", sent_at);
+  } catch (const io_error& e) {
+    keeper::get().watch(sp);
+    fail(h, s, Reason::error, n, false, started, 0, "cannot reach Redis: " + std::string(e.what()),
+         std::make_exception_ptr(SegmentError(e.code(), e.what())));
+  }
+  const std::string st(r.at(0).str());
+  if (st != "ok" && st != "full" && st != "exceeds")
+    fail(h, s, Reason::error, n, false, started, 0, foreign_data(s, r));
+  touched(s, sent_at);
+  saw_epoch(s, r.at(1).str());
+  {
+    std::lock_guard g(s.mu);
+    s.last_cap = static_cast<int>(r.at(st == "ok" ? 3 : 2).integer());
+    s.last_used = static_cast<int>(r.at(st == "ok" ? 4 : 3).integer());
+  }
+  if (st == "exceeds") return failed(Outcome::exceeds_capacity);
+  if (st == "full") return failed(Outcome::unavailable);
+  return granted(h, sp, static_cast<std::uint64_t>(r.at(2).integer()), n, ttl_ms, renew,
+                 sys::precise_now_ns(), false, started, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Introspection
+
+namespace {
+
+struct info_reply {
+  bool ok = false;
+  std::int64_t now_us = 0;
+  std::map<std::string, std::string, std::less<>> fields;
+  int waiters = 0;
+  std::vector<Holder> holders;
+};
+
+long long field(const info_reply& i, std::string_view name) {
+  auto it = i.fields.find(name);
+  return it == i.fields.end() ? 0 : std::strtoll(it->second.c_str(), nullptr, 10);
+}
+
+double field_double(const info_reply& i, std::string_view name) {
+  auto it = i.fields.find(name);
+  return it == i.fields.end() ? 0.0 : std::strtod(it->second.c_str(), nullptr);
+}
+
+// One info script. Throws SegmentError if Redis cannot be reached or the
+// key is not a semaphore.
+info_reply read_info(semaphore_state& s, bool with_holders) {
+  reply r;
+  try {
+    r = run(s, scripts::info(), {with_holders ? "1" : "0"});
+  } catch (const io_error& e) {
+    throw_io(s, "cannot read Redis semaphore", e);
+  }
+  const std::string_view st = r.at(0).str();
+  if (st == "absent")
+    throw SegmentError(make_error_code(errc::not_found),
+                       "shmsem: no semaphore '" + s.where.display + "' in Redis (data lost?)");
+  if (st != "ok")
+    throw SegmentError(
+        make_error_code(errc::bad_segment),
+        "shmsem: cannot read Redis semaphore '" + s.where.display + "': " + foreign_data(s, r));
+  info_reply i;
+  i.ok = true;
+  i.now_us = r.at(1).integer();
+  const reply f = r.at(2);
+  for (std::size_t k = 0; k + 1 < f.size(); k += 2)
+    i.fields.emplace(std::string(f.at(k).str()), std::string(f.at(k + 1).str()));
+  i.waiters = static_cast<int>(r.at(3).integer());
+  const reply hs = r.at(4);
+  const auto steady_now = Permit::clock::now();
+  for (std::size_t k = 0; k + 6 < hs.size(); k += 7) {
+    Holder h;
+    h.permit_id = static_cast<std::uint64_t>(hs.at(k).integer());
+    h.weight = static_cast<int>(hs.at(k + 1).integer());
+    h.acquired_at = steady_now - std::chrono::microseconds(i.now_us - hs.at(k + 2).integer());
+    if (const long long exp = hs.at(k + 3).integer(); exp > 0)
+      h.expires_at = steady_now + std::chrono::microseconds(exp - i.now_us);
+    h.pid = static_cast<int>(hs.at(k + 4).integer());
+    h.host = std::string(hs.at(k + 5).str());
+    const std::string_view state = hs.at(k + 6).str();
+    h.state = state == "expired" ? HolderState::expired
+              : state == "dead"  ? HolderState::dead
+                                 : HolderState::alive;
+    i.holders.push_back(std::move(h));
+  }
+  std::sort(i.holders.begin(), i.holders.end(),
+            [](const Holder& a, const Holder& b) { return a.permit_id < b.permit_id; });
+  {
+    std::lock_guard g(s.mu);
+    s.last_cap = static_cast<int>(field(i, "cap"));
+    s.last_used = static_cast<int>(field(i, "used"));
+  }
+  return i;
+}
+
+figures figures_of(const info_reply& i) {
+  figures f;
+  f.capacity = static_cast<int>(field(i, "cap"));
+  f.used = static_cast<int>(field(i, "used"));
+  f.waiters = i.waiters;
+  // The average as of now: the time since its last change folded in at
+  // the current use, as the scripts do.
+  const double u = static_cast<double>(f.used) / std::max(1, f.capacity);
+  const double ew = field_double(i, "ew");
+  const double dt = static_cast<double>(i.now_us - field(i, "ewt"));
+  f.smoothed = dt > 0 ? u + (ew - u) * std::pow(0.5, dt / 1e7) : ew;
+  return f;
+}
+
+void read_histogram(const info_reply& i, char prefix, Histogram& h) {
+  for (std::size_t b = 0; b < h.counts.size(); ++b)
+    h.counts[b] = static_cast<std::uint64_t>(field(i, std::string(1, prefix) + std::to_string(b)));
+  h.sum_seconds = static_cast<double>(field(i, std::string(1, prefix) + "s")) / 1e6;
+}
+
+Stats stats_of(const info_reply& i) {
+  Stats st;
+  auto u = [&](const char* name) { return static_cast<std::uint64_t>(field(i, name)); };
+  st.acquired = u("acquired");
+  st.released = u("released");
+  st.timeouts = u("timeouts");
+  st.cancelled = u("cancelled");
+  st.shutdowns = u("shutdowns");
+  st.rejected = u("rejected");
+  st.try_failures = u("try_failures");
+  st.reaped = u("reaped");
+  st.expired = u("expired");
+  st.force_released = u("force_released");
+  st.reclaimed_seats = u("reclaimed_seats");
+  st.recoveries = u("recoveries");
+  read_histogram(i, 'w', st.wait);
+  read_histogram(i, 'h', st.hold);
+  return st;
+}
+
+}  // namespace
+
+figures read_figures(const handle& h) noexcept {
+  state_ptr s;
+  try {
+    s = state_of(h);
+    return figures_of(read_info(*s, false));
+  } catch (const std::exception& e) {
+    log().debug("{}; using the last values read", e.what());
+  }
+  figures f;
+  if (s) {
+    std::lock_guard g(s->mu);
+    f.capacity = s->last_cap;
+    f.used = s->last_used;
+    f.smoothed = static_cast<double>(f.used) / std::max(1, f.capacity);
+  }
+  return f;
+}
+
+Stats stats(const handle& h) {
+  return stats_of(read_info(*state_of(h), false));
+}
+
+std::vector<Holder> holders(const handle& h) {
+  return read_info(*state_of(h), true).holders;
+}
+
+Snapshot snapshot(const handle& h) {
+  info_reply i = read_info(*state_of(h), true);
+  const figures f = figures_of(i);
+  Snapshot s;
+  s.key = h.remote->key;
+  s.capacity = f.capacity;
+  s.used = f.used;
+  s.waiters = f.waiters;
+  s.utilization = static_cast<double>(f.used) / std::max(1, f.capacity);
+  s.utilization_smoothed = f.smoothed;
+  s.stats = stats_of(i);
+  s.holders = std::move(i.holders);
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Administration
+
+namespace {
+
+// Runs an administrative script; its "ok" reply, or SegmentError.
+reply admin(semaphore_state& s, const script& sc, const std::vector<std::string>& args,
+            const char* doing) {
+  reply r;
+  try {
+    r = run(s, sc, args);
+  } catch (const io_error& e) {
+    throw_io(s, doing, e);
+  }
+  const std::string_view st = r.at(0).str();
+  if (st == "absent")
+    throw SegmentError(make_error_code(errc::not_found),
+                       "shmsem: " + std::string(doing) + " of '" + s.where.display +
+                           "': it is no longer in Redis (data lost?)");
+  if (st != "ok")
+    throw SegmentError(
+        make_error_code(errc::bad_segment),
+        "shmsem: " + std::string(doing) + " of '" + s.where.display + "': " + foreign_data(s, r));
+  return r;
+}
+
+}  // namespace
+
+int reap(handle& h) {
+  state_ptr s = state_of(h);
+  const int freed = static_cast<int>(admin(*s, scripts::reap(), {}, "cannot reap").at(1).integer());
+  if (freed > 0)
+    notify(h.opts.observer, [&](Observer& o) { o.on_reaped(s->where.display, freed); });
+  return freed;
+}
+
+void set_capacity(handle& h, int permits) {
+  state_ptr s = state_of(h);
+  try {
+    // Re-create a semaphore whose data was lost with the new capacity.
+    run(*s, scripts::open(), {std::to_string(permits), new_epoch()});
+  } catch (const io_error& e) {
+    throw_io(*s, "cannot resize", e);
+  }
+  admin(*s, scripts::resize(), {std::to_string(permits)}, "cannot resize");
+  std::lock_guard g(s->mu);
+  s->last_cap = permits;
+}
+
+int force_release_all(handle& h) {
+  state_ptr s = state_of(h);
+  const int displaced = static_cast<int>(
+      admin(*s, scripts::force_release(), {}, "cannot force-release").at(1).integer());
+  if (displaced > 0)
+    log().warn("semaphore '{}': force_release_all displaced {} live lease{}", s->where.display,
+               displaced, displaced == 1 ? "" : "s");
+  return displaced;
+}
+
+bool wait_idle(handle& h, std::chrono::milliseconds timeout) {
+  state_ptr sp = state_of(h);
+  semaphore_state& s = *sp;
+  const std::int64_t deadline =
+      sys::precise_now_ns() + std::chrono::nanoseconds(std::max(timeout, {})).count();
+  if (read_figures(h).used == 0) return true;
+  if (timeout.count() <= 0) return false;
+  // Registered, the last release publishes "idle", and the keeper renews
+  // this session (reaping dead holders and expired leases as it does).
+  {
+    std::lock_guard g(s.mu);
+    ++s.idle_watchers;
+  }
+  keeper::get().watch(sp);
+  auto registration = [&](int delta) {
+    std::string sid, ms;
+    {
+      std::lock_guard g(s.mu);
+      sid = s.sid;
+      ms = std::to_string(s.session_ms);
+    }
+    std::int64_t sent_at = 0;
+    const reply r = run(s, scripts::idle(), {sid, ms, std::to_string(delta)}, &sent_at);
+    if (r.at(0).str() == "ok") touched(s, sent_at);
+    return r;
+  };
+  bool idle = false;
+  try {
+    const reply r = registration(+1);
+    idle = r.at(0).str() == "ok" && r.at(1).integer() == 0;
+    while (!idle) {
+      std::uint64_t seen;
+      {
+        std::unique_lock lk(s.mu);
+        seen = s.events;
+        const std::int64_t now = sys::precise_now_ns();
+        if (now >= deadline) break;
+        s.cv.wait_for(lk, std::chrono::nanoseconds(deadline - now),
+                      [&] { return s.events != seen; });
+        if (s.events == seen) break;  // timed out
+      }
+      idle = read_figures(h).used == 0;
+    }
+    registration(-1);
+  } catch (const io_error& e) {
+    log().debug("semaphore '{}': wait_idle: {}", s.where.display, e.what());
+  }
+  {
+    std::lock_guard g(s.mu);
+    --s.idle_watchers;
+  }
+  return idle;
+}
+
+void shutdown(handle& h) {
+  state_ptr s = h.remote->state.load();
+  if (s->fork_gen != fork_generation()) return;
+  std::lock_guard g(s->mu);
+  for (lease* l : s->leases)
+    if (l->handle_id == h.id) l->auto_renew = false;
+  s->cv.notify_all();
+}
+
+// ---------------------------------------------------------------------------
+// Permits
+
+namespace {
+
+std::string not_held_message(const lease& l, const std::string& why) {
+  return "shmsem: permit " + std::to_string(l.id) + " of '" + l.sem->where.display +
+         "' was not held at release: " + why;
+}
+
+}  // namespace
+
+void release(Permit& p) {
+  lease* l = access::take(p);
+  if (l->fork_gen != fork_generation()) {
+    // The parent's: its session, its seats. Leave them alone.
+    const std::string msg = not_held_message(*l,
+                                             "it belongs to the parent process (permits are "
+                                             "not inherited by fork)");
+    abandon(std::move(l->sem));
+    throw PermitNotHeldError(msg);
+  }
+  std::unique_ptr<lease> owned(l);
+  semaphore_state& s = *l->sem;
+  std::string epoch, known_loss;
+  {
+    std::lock_guard g(s.mu);
+    std::erase(s.leases, l);
+    l->auto_renew = false;
+    epoch = l->epoch;
+    if (l->lost) known_loss = l->why;
+  }
+  auto lost = [&](const std::string& raw) {
+    const std::string why = describe_loss(raw);
+    bool tell;
+    {
+      std::lock_guard g(s.mu);
+      tell = !l->loss_reported;
+      l->loss_reported = true;
+    }
+    if (tell) notify(l->observer, [&](Observer& o) { o.on_lost(s.where.display, l->id, why); });
+    return PermitNotHeldError(
+        not_held_message(*l, why + "; for that period the bound was not held"));
+  };
+  // Even a lease known to be lost goes to Redis: an expired one is
+  // reclaimed there now, and the reply says why it was lost.
+  reply r;
+  std::int64_t sent_at = 0;
+  try {
+    r = run(s, scripts::release(),
+            {epoch, s.sid, std::to_string(s.session_ms), std::to_string(l->id)}, &sent_at);
+  } catch (const io_error& e) {
+    if (!known_loss.empty()) throw lost(known_loss);
+    {
+      std::lock_guard g(s.mu);
+      s.releases.push_back(std::to_string(l->id));
+    }
+    keeper::get().watch(l->sem);
+    throw SegmentError(e.code(), "shmsem: cannot release permit " + std::to_string(l->id) +
+                                     " of '" + s.where.display + "' now: " + e.what() +
+                                     "; it is released when Redis answers again, or when this "
+                                     "process's session lapses");
+  }
+  const std::string_view st = r.at(0).str();
+  if (st == "ok") {
+    touched(s, sent_at);
+    const int used = static_cast<int>(r.at(1).integer());
+    const int cap = static_cast<int>(r.at(2).integer());
+    {
+      std::lock_guard g(s.mu);
+      s.last_used = used;
+      s.last_cap = cap;
+    }
+    notify(l->observer, [&](Observer& o) {
+      o.on_release(ReleaseEvent{s.where.display, cap, l->weight, used, l->id, access::held_for(p)});
+    });
+    return;
+  }
+  if (st == "lost") {
+    touched(s, sent_at);
+    throw lost(std::string(r.at(1).str()));
+  }
+  throw SegmentError(make_error_code(errc::bad_segment),
+                     "shmsem: cannot release permit " + std::to_string(l->id) + " of '" +
+                         s.where.display + "': " + foreign_data(s, r));
+}
+
+void extend(Permit& p, std::chrono::milliseconds ttl) {
+  lease& l = *access::get(p);
+  const std::string prefix = "shmsem: cannot extend permit " + std::to_string(l.id) + " of '" +
+                             l.sem->where.display + "': ";
+  if (l.fork_gen != fork_generation())
+    throw ExtensionError(prefix +
+                         "it belongs to the parent process (permits are not inherited "
+                         "by fork)");
+  semaphore_state& s = *l.sem;
+  std::string epoch;
+  {
+    std::lock_guard g(s.mu);
+    if (l.lost) throw ExtensionError(prefix + describe_loss(l.why));
+    epoch = l.epoch;
+  }
+  reply r;
+  std::int64_t sent_at = 0;
+  try {
+    r = run(s, scripts::extend(),
+            {epoch, s.sid, std::to_string(s.session_ms), std::to_string(l.id),
+             std::to_string(ttl.count())},
+            &sent_at);
+  } catch (const io_error& e) {
+    throw_io(s, "cannot extend permit " + std::to_string(l.id), e);
+  }
+  const std::string_view st = r.at(0).str();
+  if (st == "ok") {
+    touched(s, sent_at);
+    const std::int64_t exp = sent_at + ms_ns(ttl.count());
+    bool poke;
+    {
+      std::lock_guard g(s.mu);
+      l.ttl_ms = ttl.count();
+      l.renewed_ns = sent_at;
+      l.expires_ns.store(exp);
+      poke = l.auto_renew;
+    }
+    access::set_ttl(p, ttl.count(), exp);
+    if (poke) keeper::get().poke();  // a shorter TTL renews sooner
+    return;
+  }
+  if (st != "lost") throw ExtensionError(prefix + foreign_data(s, r));
+  std::optional<loss_note> note;
+  {
+    std::lock_guard g(s.mu);
+    s.mark_lost(l, std::string(r.at(1).str()));
+    note = s.take_loss_note(l);
+  }
+  if (note) s.tell(*note);
+  throw ExtensionError(prefix + describe_loss(std::string(r.at(1).str())));
+}
+
+bool is_held(const lease& cl) noexcept {
+  auto& l = const_cast<lease&>(cl);
+  if (l.fork_gen != fork_generation()) return false;
+  semaphore_state& s = *l.sem;
+  std::string epoch;
+  {
+    std::lock_guard g(s.mu);
+    if (l.lost) return false;
+    epoch = l.epoch;
+  }
+  try {
+    const reply r = run(s, scripts::held(), {epoch, std::to_string(l.id)});
+    const std::string_view st = r.at(0).str();
+    if (st == "ok") return true;
+    if (st == "lost") {
+      std::optional<loss_note> note;
+      {
+        std::lock_guard g(s.mu);
+        s.mark_lost(l, std::string(r.at(1).str()));
+        note = s.take_loss_note(l);
+      }
+      if (note) s.tell(*note);
+      return false;
+    }
+  } catch (const std::exception& e) {
+    log().debug("semaphore '{}': is_held: {}", s.where.display, e.what());
+  }
+  // No answer: judge by what this process knows. The session lives until
+  // at least a session timeout after the last script that renewed it.
+  std::lock_guard g(s.mu);
+  const std::int64_t now = sys::precise_now_ns();
+  const std::int64_t exp = l.expires_ns.load();
+  return now - s.touched_ns < ms_ns(s.session_ms) && (exp == 0 || exp > now);
+}
+
+std::optional<Permit::clock::time_point> expires_at(const lease& l) noexcept {
+  const std::int64_t exp = l.expires_ns.load();
+  if (exp == 0) return std::nullopt;
+  return Permit::clock::time_point(std::chrono::nanoseconds(exp));
+}
+
+bool auto_renewing(const lease& l) noexcept {
+  if (l.fork_gen != fork_generation()) return false;
+  std::lock_guard g(l.sem->mu);
+  return l.auto_renew && !l.lost;
+}
+
+void stop_auto_renew(lease& l) noexcept {
+  if (l.fork_gen != fork_generation()) return;
+  std::lock_guard g(l.sem->mu);
+  l.auto_renew = false;
+}
+
+std::string_view key(const lease& l) noexcept {
+  return l.sem->where.display;
+}
+
+}  // namespace shmsem::detail::redis

@@ -1,0 +1,82 @@
+// redis/backend.hpp: the Redis backend as Semaphore and Permit see it.
+//
+// A Semaphore whose key is a redis:// or redis+unix:// URL has a `remote`
+// in its handle instead of a mapped segment, and each member starts with a
+// test of that pointer that sends it here. A Permit of such a semaphore
+// has a `remote_` lease instead of an attachment. Nothing here is on the
+// shared-memory fast path.
+#pragma once
+
+#include <shmsem/options.hpp>
+#include <shmsem/permit.hpp>
+#include <shmsem/stats.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shmsem::detail {
+struct handle;
+}
+
+namespace shmsem::detail::redis {
+
+struct semaphore_state;
+struct lease;
+
+/// The Redis half of one Semaphore handle.
+struct remote {
+  std::atomic<std::shared_ptr<semaphore_state>> state;  // replaced in a forked child
+  std::string key;                                      // the URL without its password
+  int permits = 0;                                      // open()'s; 0 for attach()
+};
+
+/// True for a key that names a Redis semaphore.
+bool is_redis_key(std::string_view key) noexcept;
+
+/// Semaphore::open (permits >= 1) and attach (permits == 0) of a URL.
+std::shared_ptr<remote> open(std::string_view key, int permits, const Options& options);
+/// Semaphore::remove and remove_if_unused of a URL: deletes the semaphore
+/// from the server (only if nothing is held or queued when `only_unused`).
+/// Returns whether it was deleted.
+bool remove(std::string_view key, bool only_unused);
+/// Semaphore::list(server): the URLs of the semaphores on that server.
+std::vector<std::string> list(std::string_view server);
+
+Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts);
+std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew);
+
+/// The counters, read from the server (or, if it cannot be reached, the
+/// last values read, with a debug log).
+struct figures {
+  int capacity = 0;
+  int used = 0;
+  int waiters = 0;
+  double smoothed = 0;
+};
+figures read_figures(const handle& h) noexcept;
+Stats stats(const handle& h);
+std::vector<Holder> holders(const handle& h);
+Snapshot snapshot(const handle& h);
+
+int reap(handle& h);
+void set_capacity(handle& h, int permits);
+int force_release_all(handle& h);
+bool wait_idle(handle& h, std::chrono::milliseconds timeout);
+/// The handle's blocked acquires end and its permits stop auto-renewing.
+void shutdown(handle& h);
+
+// The Permit side. `l` is the permit's remote_.
+void release(Permit& p);
+void extend(Permit& p, std::chrono::milliseconds ttl);
+bool is_held(const lease& l) noexcept;
+std::optional<Permit::clock::time_point> expires_at(const lease& l) noexcept;
+bool auto_renewing(const lease& l) noexcept;
+void stop_auto_renew(lease& l) noexcept;
+std::string_view key(const lease& l) noexcept;
+
+}  // namespace shmsem::detail::redis

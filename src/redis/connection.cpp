@@ -1,0 +1,244 @@
+#include "redis/connection.hpp"
+
+#include <hiredis.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "sys/clock.hpp"
+
+namespace shmsem::detail::redis {
+
+// ---------------------------------------------------------------- reply
+
+void reply::free_reply(redisReply* r) noexcept {
+  if (r) freeReplyObject(r);
+}
+bool reply::nil() const noexcept {
+  return !r_ || r_->type == REDIS_REPLY_NIL;
+}
+bool reply::is_error() const noexcept {
+  return r_ && r_->type == REDIS_REPLY_ERROR;
+}
+bool reply::is_array() const noexcept {
+  return r_ && r_->type == REDIS_REPLY_ARRAY;
+}
+bool reply::is_integer() const noexcept {
+  return r_ && r_->type == REDIS_REPLY_INTEGER;
+}
+std::string_view reply::str() const noexcept {
+  if (!r_) return {};
+  switch (r_->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+    case REDIS_REPLY_ERROR:
+      return {r_->str, r_->len};
+    default:
+      return {};
+  }
+}
+long long reply::integer() const noexcept {
+  if (!r_) return 0;
+  if (r_->type == REDIS_REPLY_INTEGER) return r_->integer;
+  if (r_->type == REDIS_REPLY_STRING) return std::strtoll(std::string(str()).c_str(), nullptr, 10);
+  return 0;
+}
+std::size_t reply::size() const noexcept {
+  return is_array() ? r_->elements : 0;
+}
+reply reply::at(std::size_t i) const noexcept {
+  reply out;
+  if (i < size()) out.r_ = std::shared_ptr<redisReply>(r_, r_->element[i]);
+  return out;
+}
+
+// ---------------------------------------------------------------- connection
+
+namespace {
+
+timeval remaining(std::int64_t deadline_ns) {
+  // A zero timeval means "no timeout" to the kernel: never pass it.
+  const std::int64_t left = std::max<std::int64_t>(deadline_ns - sys::precise_now_ns(), 1000);
+  timeval tv;
+  tv.tv_sec = static_cast<time_t>(left / 1'000'000'000);
+  tv.tv_usec = static_cast<suseconds_t>((left % 1'000'000'000) / 1000);
+  if (tv.tv_sec == 0 && tv.tv_usec == 0) tv.tv_usec = 1;
+  return tv;
+}
+
+// The errno-like code of a failed context.
+std::error_code code_of(const redisContext* c, int saved_errno) {
+  switch (c->err) {
+    case REDIS_ERR_EOF:
+      // Closed by the server: unlike a reset, it may have run the command.
+      return std::make_error_code(std::errc::connection_aborted);
+    case REDIS_ERR_PROTOCOL:
+      return std::make_error_code(std::errc::protocol_error);
+    case REDIS_ERR_OOM:
+      return std::make_error_code(std::errc::not_enough_memory);
+    default:
+      break;
+  }
+  if (saved_errno == EAGAIN || saved_errno == EINPROGRESS || saved_errno == ETIMEDOUT)
+    return std::make_error_code(std::errc::timed_out);
+  if (saved_errno != 0) return {saved_errno, std::system_category()};
+  return std::make_error_code(std::errc::io_error);
+}
+
+std::string describe(const redisContext* c, const std::error_code& code) {
+  std::string text = c->errstr[0] ? c->errstr : code.message();
+  if (code == std::errc::timed_out) text = "no answer in time (" + text + ")";
+  if (code == std::errc::protocol_error) text += " (is it a Redis server?)";
+  return text;
+}
+
+}  // namespace
+
+std::unique_ptr<connection> connection::open(const endpoint& ep, std::int64_t deadline_ns) {
+  const timeval tv = remaining(deadline_ns);
+  errno = 0;
+  redisContext* c = ep.unix_socket ? redisConnectUnixWithTimeout(ep.path.c_str(), tv)
+                                   : redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
+  const int saved = errno;
+  if (!c) throw io_error(std::make_error_code(std::errc::not_enough_memory), "out of memory");
+  if (c->err) {
+    const std::error_code code = code_of(c, saved);
+    const std::string text = "cannot connect to " + ep.where() + ": " + describe(c, code);
+    redisFree(c);
+    throw io_error(code, text);
+  }
+  std::unique_ptr<connection> conn(new connection(c, ep));
+  // Login, database and a PING in one round trip.
+  int expected = 0;
+  if (!ep.password.empty()) {
+    if (ep.user.empty())
+      conn->append({"AUTH", ep.password});
+    else
+      conn->append({"AUTH", ep.user, ep.password});
+    ++expected;
+  }
+  const std::string db = std::to_string(ep.db);
+  if (ep.db != 0) {
+    conn->append({"SELECT", db});
+    ++expected;
+  }
+  conn->append({"PING"});
+  ++expected;
+  for (int i = 0; i < expected; ++i) {
+    reply r = conn->read(deadline_ns);
+    if (!r.is_error()) continue;
+    const std::string_view e = r.str();
+    conn->broken_ = true;
+    const bool login = e.starts_with("WRONGPASS") || e.starts_with("NOAUTH") ||
+                       e.find("AUTH") != std::string_view::npos ||
+                       e.find("password") != std::string_view::npos;
+    throw io_error(std::make_error_code(login ? std::errc::permission_denied : std::errc::io_error),
+                   std::string(login ? "login to " : "setting up the connection to ") + ep.where() +
+                       " refused: " + std::string(e));
+  }
+  return conn;
+}
+
+connection::~connection() {
+  redisFree(c_);
+}
+
+int connection::fd() const noexcept {
+  return c_->fd;
+}
+
+void connection::set_deadline(std::int64_t deadline_ns) {
+  if (deadline_ns - sys::precise_now_ns() <= 0) {
+    broken_ = true;
+    throw io_error(std::make_error_code(std::errc::timed_out),
+                   "no time left to talk to " + ep_.where());
+  }
+  if (redisSetTimeout(c_, remaining(deadline_ns)) != REDIS_OK) fail("setting a timeout");
+}
+
+void connection::fail(const char* doing) {
+  broken_ = true;
+  const std::error_code code = code_of(c_, errno);
+  throw io_error(code, std::string(doing) + " " + ep_.where() + ": " + describe(c_, code));
+}
+
+void connection::append(const std::vector<std::string_view>& args) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (auto a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  char* cmd = nullptr;
+  const int len =
+      redisFormatCommandArgv(&cmd, static_cast<int>(args.size()), argv.data(), lens.data());
+  if (len < 0) {
+    broken_ = true;
+    throw io_error(std::make_error_code(std::errc::not_enough_memory), "out of memory");
+  }
+  out_.append(cmd, static_cast<std::size_t>(len));
+  redisFreeCommand(cmd);
+}
+
+// hiredis writes with write(2), and a write to a server that went away
+// raises SIGPIPE, which kills a program that did not ignore it. A library
+// must not change that for its host process: queued commands are sent here
+// with MSG_NOSIGNAL instead, so hiredis's own output buffer stays empty.
+void connection::send_queued(std::int64_t deadline_ns) {
+  set_deadline(deadline_ns);
+  std::size_t done = 0;
+  while (done < out_.size()) {
+    const ssize_t n = ::send(c_->fd, out_.data() + done, out_.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      broken_ = true;
+      const std::error_code code = err == EAGAIN ? std::make_error_code(std::errc::timed_out)
+                                                 : std::error_code(err, std::system_category());
+      throw io_error(code, "writing to " + ep_.where() + ": " + code.message());
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  out_.clear();
+}
+
+reply connection::read(std::int64_t deadline_ns) {
+  if (broken_)
+    throw io_error(std::make_error_code(std::errc::connection_reset),
+                   "the connection to " + ep_.where() + " is broken");
+  send_queued(deadline_ns);
+  void* r = nullptr;
+  errno = 0;
+  if (redisGetReply(c_, &r) != REDIS_OK || !r) fail("talking to");
+  return reply(static_cast<redisReply*>(r));
+}
+
+reply connection::run(const std::vector<std::string_view>& args, std::int64_t deadline_ns) {
+  append(args);
+  return read(deadline_ns);
+}
+
+void connection::flush(std::int64_t deadline_ns) {
+  send_queued(deadline_ns);
+}
+
+std::vector<reply> connection::read_ready() {
+  std::vector<reply> out;
+  errno = 0;
+  // The socket is blocking: read only what poll() reported.
+  if (redisBufferRead(c_) != REDIS_OK) fail("reading from");
+  for (;;) {
+    void* r = nullptr;
+    if (redisGetReplyFromReader(c_, &r) != REDIS_OK) fail("parsing a reply from");
+    if (!r) break;
+    out.emplace_back(static_cast<redisReply*>(r));
+  }
+  return out;
+}
+
+}  // namespace shmsem::detail::redis

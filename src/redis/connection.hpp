@@ -1,0 +1,102 @@
+// redis/connection.hpp: one hiredis connection to one server, with a
+// deadline on every call, and the errors a conversation can end in.
+//
+// This is the only file that includes hiredis. A connection logs in (AUTH),
+// selects its database and PINGs at open, so a wrong password or a server
+// that does not speak Redis is found there, with a message that says so.
+// After any I/O error or timeout a connection is broken for good: hiredis
+// cannot resynchronise a half-read reply, so the owner drops it and opens
+// another.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "redis/url.hpp"
+
+struct redisContext;
+struct redisReply;
+
+namespace shmsem::detail::redis {
+
+/// A conversation with a server failed: it could not be reached, did not
+/// answer in time, refused the login, or does not speak Redis. `code` is
+/// errno-like (connection_refused, timed_out, permission_denied,
+/// protocol_error, ...).
+class io_error : public std::runtime_error {
+ public:
+  io_error(std::error_code code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  const std::error_code& code() const noexcept { return code_; }
+
+ private:
+  std::error_code code_;
+};
+
+/// A reply, owned. Accessors never throw; a missing element reads as nil.
+class reply {
+ public:
+  reply() = default;
+  explicit reply(redisReply* r) : r_(r, &free_reply) {}
+
+  bool nil() const noexcept;
+  bool is_error() const noexcept;
+  bool is_array() const noexcept;
+  bool is_integer() const noexcept;
+  /// A string, status or error reply's text; empty otherwise.
+  std::string_view str() const noexcept;
+  long long integer() const noexcept;  ///< an integer reply, or a string holding a number
+  std::size_t size() const noexcept;   ///< elements of an array
+  /// Element i of an array, not owned: valid while this reply lives.
+  reply at(std::size_t i) const noexcept;
+
+ private:
+  static void free_reply(redisReply* r) noexcept;
+  std::shared_ptr<redisReply> r_;
+};
+
+class connection {
+ public:
+  /// Connects to `ep`, logs in, selects the database and checks that the
+  /// peer answers PING, all before `deadline_ns` (CLOCK_MONOTONIC). Throws
+  /// io_error.
+  static std::unique_ptr<connection> open(const endpoint& ep, std::int64_t deadline_ns);
+  ~connection();
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  /// Sends one command and reads its reply. An error reply is returned, not
+  /// thrown; an I/O failure throws io_error and breaks the connection.
+  reply run(const std::vector<std::string_view>& args, std::int64_t deadline_ns);
+  /// Queues a command without sending it (pipelining).
+  void append(const std::vector<std::string_view>& args);
+  /// Sends what is queued and reads one reply.
+  reply read(std::int64_t deadline_ns);
+
+  /// For a subscriber: reads what the socket has, without blocking, and
+  /// returns every complete reply. Throws io_error on EOF or an error.
+  std::vector<reply> read_ready();
+  /// For a subscriber: writes what is queued (blocking up to the deadline).
+  void flush(std::int64_t deadline_ns);
+
+  int fd() const noexcept;
+  bool broken() const noexcept { return broken_; }
+  const endpoint& where() const noexcept { return ep_; }
+
+ private:
+  connection(redisContext* c, const endpoint& ep) : c_(c), ep_(ep) {}
+  void set_deadline(std::int64_t deadline_ns);
+  void send_queued(std::int64_t deadline_ns);
+  [[noreturn]] void fail(const char* doing);
+
+  redisContext* c_;
+  endpoint ep_;
+  std::string out_;  // commands queued, not yet sent
+  bool broken_ = false;
+};
+
+}  // namespace shmsem::detail::redis

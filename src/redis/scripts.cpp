@@ -1,0 +1,779 @@
+#include "redis/scripts.hpp"
+
+#include <string>
+
+namespace shmsem::detail::redis::scripts {
+
+namespace {
+
+// Shared by every script. Lua numbers are doubles: ids and times (about
+// 1.7e15 us) stay exact below 2^53, but tostring() would print them with 14
+// digits, so int() formats every large number handed back to Redis.
+constexpr const char* kPrelude = R"lua(
+local P = KEYS[1]
+local LEASES, EXPIRY, SESSIONS = P .. ':leases', P .. ':expiry', P .. ':sessions'
+local QUEUE, WAITERS, IDLE = P .. ':queue', P .. ':waiters', P .. ':idle'
+local FORMAT = 'shmsem-redis/1'
+local KEEP_LOST_MS = 3600000
+local HALF_LIFE_US = 10000000
+local BOUNDS = {100, 1000, 5000, 10000, 50000, 100000, 500000, 1000000, 5000000, 10000000,
+                60000000, 300000000}
+local TYPES = {[LEASES] = 'hash', [EXPIRY] = 'zset', [SESSIONS] = 'zset', [QUEUE] = 'zset',
+               [WAITERS] = 'hash', [IDLE] = 'hash'}
+
+local function int(x) return string.format('%d', x) end
+local function own(sid) return P .. ':own:' .. sid end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- "a|b|c": the first n-1 fields, then the rest (host names come last).
+local function split(s, n)
+  local out, pos = {}, 1
+  for i = 1, n - 1 do
+    local j = string.find(s, '|', pos, true)
+    if not j then out[i] = string.sub(s, pos) return out end
+    out[i] = string.sub(s, pos, j - 1)
+    pos = j + 1
+  end
+  out[n] = string.sub(s, pos)
+  return out
+end
+
+-- Records are '|'-separated, the host name last (it is the only free text):
+--   lease:  sid, n, granted_us, expires_us, pid, request, host
+--   waiter: 'Q', sid, n, ttl_ms, enqueued_us, pid, request, host
+--           'G', sid, lease id, request   (granted)
+--           'R', sid                      (rejected)
+-- `request` is the acquire's random id, by which a caller that got no
+-- reply voids it (see void()).
+local function lease_rec(r) return split(r, 7) end
+local function waiter_rec(r) return split(r, 8) end
+
+-- The semaphore while the script runs: the fields of the main hash that
+-- most scripts touch are read in one HMGET by load() and written back in
+-- one HSET by save(), rather than a call per counter (each redis.call
+-- costs about as much as the work it does). Rarer counters are bumped with
+-- HINCRBY where they change. `queued` counts the queue, `ttls` the leases
+-- with a TTL and `idlers` the wait_idle() callers, so that a script can
+-- skip a call when there is nothing to look at.
+local HOT = {'format', 'epoch', 'cap', 'used', 'ew', 'ewt', 'seq', 'queued', 'ttls', 'idlers',
+             'acquired', 'released', 'w0', 'ws', 'hs'}
+local S = nil
+
+local function load()
+  local m = redis.pcall('HMGET', P, unpack(HOT))
+  if m.err then return 'wrongtype' end
+  if not m[1] then
+    if redis.call('EXISTS', P) == 1 then return 'garbage' end
+    return 'absent'
+  end
+  if m[1] ~= FORMAT or not tonumber(m[3]) or not tonumber(m[4]) then return 'garbage' end
+  S = {epoch = m[2], msgs = {}, dirty = {}}
+  for i = 3, #HOT do S[HOT[i]] = tonumber(m[i]) or 0 end
+  return 'ok'
+end
+
+local function set(field, v)
+  S[field] = v
+  S.dirty[field] = true
+end
+local function add(field, d) set(field, S[field] + d) end
+
+local function problem(st)
+  if st == 'wrongtype' then return {'wrongtype', P, redis.call('TYPE', P).ok} end
+  return {st, P}
+end
+
+local function check_types()
+  for k, want in pairs(TYPES) do
+    local t = redis.call('TYPE', k).ok
+    if t ~= 'none' and t ~= want then return {'wrongtype', k, t} end
+  end
+  return nil
+end
+
+local function create(cap, epoch, now)
+  -- Keys left by a semaphore whose main hash was deleted are stale.
+  for _, sid in ipairs(redis.call('ZRANGE', SESSIONS, 0, -1)) do redis.call('DEL', own(sid)) end
+  -- One key per DEL: while a cluster slot is being imported, a command on
+  -- several keys that are not all there is refused.
+  for k, _ in pairs(TYPES) do redis.call('DEL', k) end
+  redis.call('HSET', P, 'format', FORMAT, 'epoch', epoch, 'cap', cap, 'used', 0, 'seq', int(now),
+             'ew', 0, 'ewt', int(now), 'created', int(now), 'queued', 0, 'ttls', 0, 'idlers', 0)
+end
+
+-- Folds the time since the last change into the average, at the old use.
+local function fold(now)
+  local u = S.used / S.cap
+  if now > S.ewt then S.ew = u + (S.ew - u) * math.pow(0.5, (now - S.ewt) / HALF_LIFE_US) end
+  S.ewt = now
+end
+
+-- Loads the semaphore and folds the average up to now: returns nil, or
+-- the reply that ends the script before anything was written.
+local function begin(now)
+  local st = load()
+  if st ~= 'ok' then return problem(st) end
+  fold(now)
+  return nil
+end
+
+-- One observation of `d` us in histogram 'w' (waits) or 'h' (holds).
+local function hist(prefix, d)
+  if d < 0 then d = 0 end
+  add(prefix .. 's', d)
+  if prefix == 'w' and d <= BOUNDS[1] then
+    add('w0', 1)
+    return
+  end
+  local i = #BOUNDS
+  for k = 1, #BOUNDS do
+    if d <= BOUNDS[k] then
+      i = k - 1
+      break
+    end
+  end
+  redis.call('HINCRBY', P, prefix .. i, 1)
+end
+
+local function note(sid, m)
+  local l = S.msgs[sid]
+  if not l then l = {} S.msgs[sid] = l end
+  l[#l + 1] = m
+end
+
+local function save()
+  -- The average is written only with a change of use or capacity: until
+  -- then, a reader folds the time since ewt in at the same use.
+  if S.dirty.used or S.dirty.cap then
+    S.dirty.ew = true
+    S.dirty.ewt = true
+  end
+  local args = {}
+  for f, _ in pairs(S.dirty) do
+    args[#args + 1] = f
+    args[#args + 1] = f == 'ew' and tostring(S.ew) or int(S[f])
+  end
+  if #args > 0 then redis.call('HSET', P, unpack(args)) end
+  if S.dirty.used and S.used == 0 and S.idlers > 0 then
+    redis.call('PUBLISH', P .. ':ev-idle', 'i')
+  end
+  for sid, l in pairs(S.msgs) do redis.call('PUBLISH', P .. ':ev:' .. sid, table.concat(l, ' ')) end
+end
+
+local function enqueue(wid) add('queued', redis.call('ZADD', QUEUE, wid, wid)) end
+local function dequeue(wid) add('queued', -redis.call('ZREM', QUEUE, wid)) end
+
+-- The next lease or waiter id, which is also a fencing token: the
+-- server's time in us, or one more than the last id if that is larger. So
+-- ids keep growing even when Redis restarts from an older snapshot, fails
+-- over to a replica that missed the last grants, or loses the semaphore
+-- and re-creates it: all it takes is a clock that does not step back.
+local function next_id(now)
+  local id = math.max(S.seq + 1, now)
+  set('seq', id)
+  return id
+end
+
+local function new_lease(sid, n, ttl_ms, now, pid, request, host)
+  local id = next_id(now)
+  local exp = 0
+  if ttl_ms > 0 then
+    exp = now + ttl_ms * 1000
+    redis.call('ZADD', EXPIRY, int(exp), int(id))
+    add('ttls', 1)
+  end
+  redis.call('HSET', LEASES, int(id), sid .. '|' .. n .. '|' .. int(now) .. '|' .. int(exp) .. '|' ..
+             pid .. '|' .. request .. '|' .. host)
+  redis.call('SADD', own(sid), 'l' .. int(id))
+  add('acquired', 1)
+  add('used', n)
+  return id
+end
+
+-- why: 'released', or the counter of a loss: 'reaped', 'expired', 'force_released'.
+local function end_lease(id, rec, why, now)
+  redis.call('HDEL', LEASES, id)
+  if rec[4] ~= '0' then
+    redis.call('ZREM', EXPIRY, id)
+    add('ttls', -1)
+  end
+  redis.call('SREM', own(rec[1]), 'l' .. id)
+  local n = tonumber(rec[2])
+  add('used', -n)
+  if why == 'released' then
+    add('released', 1)
+    hist('h', now - tonumber(rec[3]))
+  else
+    redis.call('HINCRBY', P, why, 1)
+    redis.call('HINCRBY', P, 'reclaimed_seats', n)
+    redis.call('SET', P .. ':lost:' .. id, why .. '|' .. int(now), 'PX', KEEP_LOST_MS)
+  end
+end
+
+local function lost(id)
+  return redis.call('GET', P .. ':lost:' .. id) or 'unknown'
+end
+
+local function expired(rec, now)
+  local exp = tonumber(rec[4])
+  return exp > 0 and exp <= now
+end
+
+local function reap_sessions(dead, now)
+  local freed = 0
+  for _, sid in ipairs(dead) do
+    redis.call('ZREM', SESSIONS, sid)
+    local idling = tonumber(redis.call('HGET', IDLE, sid))
+    if idling then
+      redis.call('HDEL', IDLE, sid)
+      add('idlers', -idling)
+    end
+    for _, m in ipairs(redis.call('SMEMBERS', own(sid))) do
+      local id = string.sub(m, 2)
+      if string.sub(m, 1, 1) == 'l' then
+        local r = redis.call('HGET', LEASES, id)
+        if r then
+          local rec = lease_rec(r)
+          end_lease(id, rec, expired(rec, now) and 'expired' or 'reaped', now)
+          freed = freed + tonumber(rec[2])
+        end
+      else
+        redis.call('HDEL', WAITERS, id)
+        dequeue(id)
+      end
+    end
+    redis.call('DEL', own(sid))
+  end
+  return freed
+end
+
+-- Ends dead sessions and expired leases. Cheap when there are none.
+local function reap(now)
+  local freed = 0
+  local dead = redis.call('ZRANGEBYSCORE', SESSIONS, '-inf', int(now))
+  if #dead > 0 then freed = reap_sessions(dead, now) end
+  if S.ttls <= 0 then return freed end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', int(now))) do
+    local r = redis.call('HGET', LEASES, id)
+    if r then
+      local rec = lease_rec(r)
+      end_lease(id, rec, 'expired', now)
+      freed = freed + tonumber(rec[2])
+    else
+      redis.call('ZREM', EXPIRY, id)
+    end
+  end
+  return freed
+end
+
+-- Renews a session. One that already lapsed loses its leases and waits
+-- first: a holder that was stopped or cut off never gets them back.
+local function touch(sid, session_ms, now)
+  local d = tonumber(redis.call('ZSCORE', SESSIONS, sid))
+  if d and d <= now then
+    reap_sessions({sid}, now)
+    d = nil
+  end
+  -- A deadline set moments ago need not move (a tight acquire/release
+  -- loop would rewrite it at every call).
+  local deadline = now + session_ms * 1000
+  if not d or d < deadline - session_ms * 100 then
+    redis.call('ZADD', SESSIONS, int(deadline), sid)
+  end
+end
+
+local function reject(wid, sid)
+  redis.call('HSET', WAITERS, wid, 'R|' .. sid)
+  dequeue(wid)
+  redis.call('HINCRBY', P, 'rejected', 1)
+  note(sid, 'r' .. wid)
+end
+
+-- Strict FIFO: the head is granted when its whole weight fits, and nobody
+-- behind it goes first.
+local function grant_queued(now)
+  while S.queued > 0 do
+    local head = redis.call('ZRANGE', QUEUE, 0, 0)
+    if #head == 0 then
+      set('queued', 0)
+      return
+    end
+    local wid = head[1]
+    local r = redis.call('HGET', WAITERS, wid)
+    if (not r) or string.sub(r, 1, 1) ~= 'Q' then
+      dequeue(wid)
+    else
+      local w = waiter_rec(r)
+      local n = tonumber(w[3])
+      if n > S.cap then
+        reject(wid, w[2])
+      elseif S.used + n > S.cap then
+        return
+      else
+        local id = new_lease(w[2], n, tonumber(w[4]), now, w[6], w[7], w[8])
+        redis.call('HSET', WAITERS, wid, 'G|' .. w[2] .. '|' .. int(id) .. '|' .. w[7])
+        dequeue(wid)
+        hist('w', now - tonumber(w[5]))
+        note(w[2], 'g' .. wid .. ':' .. int(id))
+      end
+    end
+  end
+end
+
+-- An acquire whose caller got no reply (a timeout, a broken connection)
+-- may still run, or have run: void() makes sure it grants nothing. Its
+-- mark stops it if it comes later; its lease or queued wait goes if it
+-- came first.
+local function void(request, sid, now)
+  redis.call('SET', P .. ':void:' .. request, 1, 'PX', KEEP_LOST_MS)
+  for _, m in ipairs(redis.call('SMEMBERS', own(sid))) do
+    local id = string.sub(m, 2)
+    if string.sub(m, 1, 1) == 'l' then
+      local r = redis.call('HGET', LEASES, id)
+      if r then
+        local rec = lease_rec(r)
+        if rec[6] == request then end_lease(id, rec, 'released', now) end
+      end
+    else
+      local r = redis.call('HGET', WAITERS, id)
+      local w = r and waiter_rec(r)
+      if w and ((w[1] == 'Q' and w[7] == request) or (w[1] == 'G' and w[4] == request)) then
+        redis.call('HDEL', WAITERS, id)
+        dequeue(id)
+        redis.call('SREM', own(sid), m)
+      end
+    end
+  end
+end
+
+-- The start of a script about one lease of the caller's session (ARGV:
+-- epoch, sid, session_ms, lease id, ...): renews the session, then returns
+-- the lease's record; or nil and why it is lost; or nil, nil and the reply
+-- that ends the script before anything was written.
+local function open_lease(now)
+  local st = load()
+  if st == 'absent' then return nil, nil, {'lost', 'data'} end
+  if st ~= 'ok' then return nil, nil, problem(st) end
+  if S.epoch ~= ARGV[1] then return nil, nil, {'lost', 'data'} end
+  fold(now)
+  touch(ARGV[2], tonumber(ARGV[3]), now)
+  local r = redis.call('HGET', LEASES, ARGV[4])
+  if not r then return nil, lost(ARGV[4]) end
+  return lease_rec(r)
+end
+
+local function set_expiry(id, rec, exp)
+  if rec[4] == '0' then add('ttls', 1) end
+  rec[4] = int(exp)
+  redis.call('HSET', LEASES, id, table.concat(rec, '|'))
+  redis.call('ZADD', EXPIRY, int(exp), id)
+end
+
+local function next_expiry(now)
+  local e = redis.call('ZRANGE', EXPIRY, 0, 0, 'WITHSCORES')
+  if #e == 0 then return -1 end
+  local d = tonumber(e[2]) - now
+  if d < 0 then d = 0 end
+  return math.floor(d / 1000) + 1
+end
+)lua";
+
+constexpr const char* kOpen = R"lua(
+local bad = check_types()
+if bad then return bad end
+local st = load()
+if st == 'absent' then
+  local cap = tonumber(ARGV[1])
+  if cap == 0 then return {'absent'} end
+  create(cap, ARGV[2], now_us())
+  return {'created', ARGV[2], cap}
+end
+if st ~= 'ok' then return problem(st) end
+return {'ok', S.epoch, S.cap}
+)lua";
+
+constexpr const char* kAcquire = R"lua(
+if redis.call('EXISTS', P .. ':void:' .. ARGV[10]) == 1 then return {'void'} end
+local now = now_us()
+local st = load()
+if st == 'absent' and tonumber(ARGV[1]) > 0 then
+  local bad = check_types()
+  if bad then return bad end
+  create(tonumber(ARGV[1]), ARGV[2], now)
+  st = load()
+end
+if st ~= 'ok' then return problem(st) end
+fold(now)
+local sid, n, mode = ARGV[3], tonumber(ARGV[5]), ARGV[9]
+touch(sid, tonumber(ARGV[4]), now)
+local result
+if n > S.cap then
+  redis.call('HINCRBY', P, mode == 'try' and 'try_failures' or 'rejected', 1)
+  result = {'exceeds', S.epoch, S.cap, S.used}
+else
+  reap(now)
+  grant_queued(now)
+  if S.queued == 0 and S.used + n <= S.cap then
+    local id = new_lease(sid, n, tonumber(ARGV[6]), now, ARGV[7], ARGV[10], ARGV[8])
+    hist('w', 0)
+    result = {'ok', S.epoch, id, S.cap, S.used}
+  elseif mode ~= 'wait' then
+    redis.call('HINCRBY', P, mode == 'try' and 'try_failures' or 'timeouts', 1)
+    result = {'full', S.epoch, S.cap, S.used}
+  else
+    local wid = int(next_id(now))
+    redis.call('HSET', WAITERS, wid, 'Q|' .. sid .. '|' .. n .. '|' .. ARGV[6] .. '|' .. int(now) ..
+               '|' .. ARGV[7] .. '|' .. ARGV[10] .. '|' .. ARGV[8])
+    enqueue(wid)
+    redis.call('SADD', own(sid), 'w' .. wid)
+    result = {'queued', S.epoch, tonumber(wid), S.cap, S.used, next_expiry(now)}
+  end
+end
+save()
+return result
+)lua";
+
+constexpr const char* kRelease = R"lua(
+local now = now_us()
+local rec, why, early = open_lease(now)
+if early then return early end
+local result
+if not rec then
+  result = {'lost', why}
+elseif expired(rec, now) then
+  end_lease(ARGV[4], rec, 'expired', now)
+  result = {'lost', 'expired|' .. int(now)}
+else
+  end_lease(ARGV[4], rec, 'released', now)
+  result = {'ok'}
+end
+reap(now)
+grant_queued(now)
+save()
+if result[1] == 'ok' then return {'ok', S.used, S.cap} end
+return {'lost', result[2], S.used, S.cap}
+)lua";
+
+constexpr const char* kExtend = R"lua(
+local now = now_us()
+local rec, why, early = open_lease(now)
+if early then return early end
+local result = {'ok'}
+if not rec then
+  result = {'lost', why}
+elseif expired(rec, now) then
+  result = {'lost', 'expired|' .. rec[4]}
+else
+  set_expiry(ARGV[4], rec, now + tonumber(ARGV[5]) * 1000)
+end
+save()
+return result
+)lua";
+
+constexpr const char* kHeld = R"lua(
+local now = now_us()
+local st = load()
+if st == 'absent' then return {'lost', 'data'} end
+if st ~= 'ok' then return problem(st) end
+if S.epoch ~= ARGV[1] then return {'lost', 'data'} end
+local id = ARGV[2]
+local r = redis.call('HGET', LEASES, id)
+if not r then return {'lost', lost(id)} end
+local rec = lease_rec(r)
+if expired(rec, now) then return {'lost', 'expired|' .. rec[4]} end
+local d = redis.call('ZSCORE', SESSIONS, rec[1])
+if (not d) or tonumber(d) <= now then return {'lost', 'reaped|' .. int(now)} end
+return {'ok'}
+)lua";
+
+constexpr const char* kRenew = R"lua(
+local now = now_us()
+local st = load()
+if st ~= 'ok' then return problem(st) end
+if S.epoch ~= ARGV[1] then return {'epoch', S.epoch} end
+fold(now)
+local sid = ARGV[2]
+touch(sid, tonumber(ARGV[3]), now)
+reap(now)
+local i = 4
+local function list(width)
+  local n = tonumber(ARGV[i])
+  local out = {}
+  for k = 1, n * width do out[k] = ARGV[i + k] end
+  i = i + n * width + 1
+  return out
+end
+for _, request in ipairs(list(1)) do void(request, sid, now) end
+for _, id in ipairs(list(1)) do
+  local r = redis.call('HGET', LEASES, id)
+  if r then
+    local rec = lease_rec(r)
+    if rec[1] == sid then end_lease(id, rec, expired(rec, now) and 'expired' or 'released', now) end
+  end
+end
+for _, wid in ipairs(list(1)) do
+  local r = redis.call('HGET', WAITERS, wid)
+  if r then
+    local kind = string.sub(r, 1, 1)
+    if kind == 'G' then
+      local g = split(r, 4)
+      local lr = redis.call('HGET', LEASES, g[3])
+      if lr then end_lease(g[3], lease_rec(lr), 'released', now) end
+    elseif kind == 'Q' then
+      dequeue(wid)
+    end
+    redis.call('HDEL', WAITERS, wid)
+    redis.call('SREM', own(sid), 'w' .. wid)
+  end
+end
+for _, wid in ipairs(list(1)) do
+  redis.call('HDEL', WAITERS, wid)
+  redis.call('SREM', own(sid), 'w' .. wid)
+end
+local leases = list(2)
+local lease_status = {}
+for k = 1, #leases, 2 do
+  local id, ttl = leases[k], tonumber(leases[k + 1])
+  local r = redis.call('HGET', LEASES, id)
+  if not r then
+    lease_status[#lease_status + 1] = lost(id)
+  else
+    local rec = lease_rec(r)
+    if expired(rec, now) then
+      end_lease(id, rec, 'expired', now)
+      lease_status[#lease_status + 1] = 'expired|' .. int(now)
+    else
+      if ttl > 0 then set_expiry(id, rec, now + ttl * 1000) end
+      lease_status[#lease_status + 1] = 'ok'
+    end
+  end
+end
+grant_queued(now)
+local waiter_status = {}
+for _, wid in ipairs(list(1)) do
+  local r = redis.call('HGET', WAITERS, wid)
+  local s = 'gone'
+  if r then
+    local kind = string.sub(r, 1, 1)
+    if kind == 'Q' then s = 'q'
+    elseif kind == 'G' then s = 'g' .. split(r, 4)[3]
+    elseif kind == 'R' then s = 'r' end
+  end
+  waiter_status[#waiter_status + 1] = s
+end
+save()
+return {'ok', lease_status, waiter_status, S.used, S.cap, next_expiry(now)}
+)lua";
+
+constexpr const char* kCancel = R"lua(
+local now = now_us()
+local st = load()
+if st == 'absent' then return {'gone'} end
+if st ~= 'ok' then return problem(st) end
+if S.epoch ~= ARGV[1] then return {'gone'} end
+fold(now)
+local sid, wid = ARGV[2], ARGV[4]
+touch(sid, tonumber(ARGV[3]), now)
+local r = redis.call('HGET', WAITERS, wid)
+local result = {'gone'}
+if r then
+  local kind = string.sub(r, 1, 1)
+  redis.call('HDEL', WAITERS, wid)
+  redis.call('SREM', own(sid), 'w' .. wid)
+  if kind == 'G' then
+    local g = split(r, 4)
+    if ARGV[6] == '1' then
+      result = {'granted', tonumber(g[3])}
+    else
+      local lr = redis.call('HGET', LEASES, g[3])
+      if lr then end_lease(g[3], lease_rec(lr), 'released', now) end
+      if ARGV[5] ~= '' then redis.call('HINCRBY', P, ARGV[5], 1) end
+      result = {'returned'}
+    end
+  elseif kind == 'R' then
+    result = {'rejected'}
+  else
+    dequeue(wid)
+    if ARGV[5] ~= '' then redis.call('HINCRBY', P, ARGV[5], 1) end
+    result = {'left'}
+  end
+end
+reap(now)
+grant_queued(now)
+save()
+return result
+)lua";
+
+constexpr const char* kResize = R"lua(
+local now = now_us()
+local stop = begin(now)
+if stop then return stop end
+set('cap', tonumber(ARGV[1]))
+for _, wid in ipairs(redis.call('ZRANGE', QUEUE, 0, -1)) do
+  local r = redis.call('HGET', WAITERS, wid)
+  if r and string.sub(r, 1, 1) == 'Q' then
+    local w = waiter_rec(r)
+    if tonumber(w[3]) > S.cap then reject(wid, w[2]) end
+  end
+end
+reap(now)
+grant_queued(now)
+save()
+return {'ok'}
+)lua";
+
+constexpr const char* kForceRelease = R"lua(
+local now = now_us()
+local stop = begin(now)
+if stop then return stop end
+local displaced = 0
+local all = redis.call('HGETALL', LEASES)
+for k = 1, #all, 2 do
+  local id, rec = all[k], lease_rec(all[k + 1])
+  local d = redis.call('ZSCORE', SESSIONS, rec[1])
+  if expired(rec, now) then
+    end_lease(id, rec, 'expired', now)
+  elseif (not d) or tonumber(d) <= now then
+    end_lease(id, rec, 'reaped', now)
+  else
+    end_lease(id, rec, 'force_released', now)
+    displaced = displaced + 1
+  end
+end
+grant_queued(now)
+save()
+return {'ok', displaced}
+)lua";
+
+constexpr const char* kReap = R"lua(
+local now = now_us()
+local stop = begin(now)
+if stop then return stop end
+local freed = reap(now)
+grant_queued(now)
+save()
+return {'ok', freed}
+)lua";
+
+constexpr const char* kInfo = R"lua(
+local now = now_us()
+local st = load()
+if st ~= 'ok' then return problem(st) end
+local holders = {}
+if ARGV[1] == '1' then
+  local all = redis.call('HGETALL', LEASES)
+  for k = 1, #all, 2 do
+    local rec = lease_rec(all[k + 1])
+    local d = redis.call('ZSCORE', SESSIONS, rec[1])
+    local state = 'alive'
+    if expired(rec, now) then state = 'expired'
+    elseif (not d) or tonumber(d) <= now then state = 'dead' end
+    for _, v in ipairs({all[k], rec[2], rec[3], rec[4], rec[5], rec[7], state}) do
+      holders[#holders + 1] = v
+    end
+  end
+end
+return {'ok', int(now), redis.call('HGETALL', P), redis.call('ZCARD', QUEUE), holders}
+)lua";
+
+constexpr const char* kIdle = R"lua(
+local now = now_us()
+local stop = begin(now)
+if stop then return stop end
+local sid = ARGV[1]
+touch(sid, tonumber(ARGV[2]), now)
+local before = tonumber(redis.call('HGET', IDLE, sid)) or 0
+local after = math.max(0, before + tonumber(ARGV[3]))
+if after > 0 then
+  redis.call('HSET', IDLE, sid, after)
+else
+  redis.call('HDEL', IDLE, sid)
+end
+add('idlers', after - before)
+reap(now)
+grant_queued(now)
+save()
+return {'ok', S.used}
+)lua";
+
+constexpr const char* kDestroy = R"lua(
+local st = load()
+if st == 'absent' then return {'ok', 0} end
+if st ~= 'ok' then return problem(st) end
+local bad = check_types()
+if bad then return bad end
+if ARGV[1] == '1' and (redis.call('HLEN', LEASES) > 0 or redis.call('ZCARD', QUEUE) > 0) then
+  return {'busy'}
+end
+for _, sid in ipairs(redis.call('ZRANGE', SESSIONS, 0, -1)) do redis.call('DEL', own(sid)) end
+for k, _ in pairs(TYPES) do redis.call('DEL', k) end
+redis.call('DEL', P)
+return {'ok', 1}
+)lua";
+
+const script& make(const char* body) {
+  // One object per body for the life of the process (never destroyed, so
+  // a thread still running at exit can use it).
+  return *new script(std::string(kPrelude) + body);
+}
+
+}  // namespace
+
+const script& open() {
+  static const script& s = make(kOpen);
+  return s;
+}
+const script& acquire() {
+  static const script& s = make(kAcquire);
+  return s;
+}
+const script& release() {
+  static const script& s = make(kRelease);
+  return s;
+}
+const script& extend() {
+  static const script& s = make(kExtend);
+  return s;
+}
+const script& held() {
+  static const script& s = make(kHeld);
+  return s;
+}
+const script& renew() {
+  static const script& s = make(kRenew);
+  return s;
+}
+const script& cancel() {
+  static const script& s = make(kCancel);
+  return s;
+}
+const script& resize() {
+  static const script& s = make(kResize);
+  return s;
+}
+const script& force_release() {
+  static const script& s = make(kForceRelease);
+  return s;
+}
+const script& reap() {
+  static const script& s = make(kReap);
+  return s;
+}
+const script& info() {
+  static const script& s = make(kInfo);
+  return s;
+}
+const script& idle() {
+  static const script& s = make(kIdle);
+  return s;
+}
+const script& destroy() {
+  static const script& s = make(kDestroy);
+  return s;
+}
+
+}  // namespace shmsem::detail::redis::scripts

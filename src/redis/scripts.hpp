@@ -1,0 +1,84 @@
+// redis/scripts.hpp: the Lua scripts that are the Redis backend's only way
+// to change a semaphore. Each state change is one script, so it is atomic
+// on the server; each script touches only keys that start with the
+// semaphore's main key "shmsem{KEY}", so in a cluster it runs in one slot.
+//
+// What is stored, all under the hash tag {KEY}:
+//   shmsem{KEY}            hash: format, epoch, cap, used, seq (the last
+//                          lease or waiter id: ids are fencing tokens, the
+//                          server's time in us or the last id + 1), the
+//                          EWMA, and the fleet's counters and histograms
+//   shmsem{KEY}:leases     hash: lease id -> "sid|weight|granted_us|expires_us|pid|request|host"
+//   shmsem{KEY}:expiry     zset: lease id -> expiry (leases with a TTL only)
+//   shmsem{KEY}:sessions   zset: session id -> deadline; a session whose
+//                          deadline passed is dead, with its leases and waits
+//   shmsem{KEY}:own:SID    set: "l<id>" and "w<id>" of one session
+//   shmsem{KEY}:queue      zset: waiter id -> waiter id (FIFO)
+//   shmsem{KEY}:waiters    hash: waiter id -> "Q|sid|n|ttl_ms|enqueued_us|pid|request|host",
+//                          then "G|sid|lease id|request" (granted) or "R|sid" (rejected)
+//   shmsem{KEY}:idle       hash: session id -> wait_idle() callers
+//   shmsem{KEY}:lost:ID    string, kept an hour: why lease ID ended without release
+//   shmsem{KEY}:void:REQ   string, kept an hour: acquire request REQ must grant nothing
+// Times are the server's (TIME), in microseconds, so clients' clocks never
+// matter. Grants are published on "shmsem{KEY}:ev:SID" (the waiter's
+// session) as "g<wid>:<lease>" and "r<wid>"; "shmsem{KEY}:ev-idle" hears
+// "i" when the last seat is freed while someone waits for idle.
+//
+// Each script returns an array whose first element says what happened;
+// "absent" (no such semaphore), "garbage" (the main key is a hash that is
+// not ours) and "wrongtype" (a key holds another Redis type; the key and
+// its type follow) can come from any of them, and nothing is written then.
+#pragma once
+
+#include "redis/client.hpp"
+
+namespace shmsem::detail::redis::scripts {
+
+/// ARGV: create_cap (0: do not create), new_epoch.
+/// -> {"ok"|"created", epoch, cap} | {"absent"}
+const script& open();
+/// ARGV: create_cap, new_epoch, sid, session_ms, n, ttl_ms, pid, host,
+/// mode ("wait", "try", or "once": no wait, counted as a timeout), request
+/// (a random id; see renew's voids).
+/// -> {"ok", epoch, lease id, cap, used} | {"queued", epoch, waiter id, cap,
+/// used, ms to the next lease expiry or -1} | {"full", epoch, cap, used} |
+/// {"exceeds", epoch, cap, used} | {"void"} (the request was voided)
+const script& acquire();
+/// ARGV: epoch, sid, session_ms, lease id.
+/// -> {"ok", used, cap} | {"lost", why, used, cap}
+const script& release();
+/// ARGV: epoch, sid, session_ms, lease id, ttl_ms. -> {"ok"} | {"lost", why}
+const script& extend();
+/// ARGV: epoch, lease id. Writes nothing. -> {"ok"} | {"lost", why}
+const script& held();
+/// The session's heartbeat. ARGV: epoch, sid, session_ms, then counted
+/// lists: acquire requests that got no reply (voided: whatever they got is
+/// given back, and if they run later they get nothing), releases to retry
+/// (lease ids), waits given up (waiter ids: a grant they got is given
+/// back), grants taken (waiter ids whose record can go), leases (id, ttl_ms
+/// to extend by or 0), waits to report.
+/// -> {"ok", {lease status...}, {waiter status...}, used, cap, ms to the
+/// next expiry or -1} | {"epoch", new epoch}. A lease status is "ok" or a
+/// loss; a waiter's is "q", "g<lease>", "r" or "gone".
+const script& renew();
+/// A waiter leaves. ARGV: epoch, sid, session_ms, waiter id, counter to
+/// bump ("timeouts", "cancelled", "shutdowns" or ""), keep a grant (1/0).
+/// -> {"left"} | {"granted", lease id} | {"returned"} | {"rejected"} | {"gone"}
+const script& cancel();
+/// ARGV: capacity. -> {"ok"}
+const script& resize();
+/// -> {"ok", live leases displaced}
+const script& force_release();
+/// -> {"ok", seats freed}
+const script& reap();
+/// ARGV: with holders (1/0). Writes nothing. -> {"ok", server now_us,
+/// {field, value, ...} of the main hash, queued waiters, {id, weight,
+/// granted_us, expires_us, pid, host, state, ...}}
+const script& info();
+/// ARGV: sid, session_ms, +1 or -1 wait_idle() callers. -> {"ok", used}
+const script& idle();
+/// Deletes the semaphore. ARGV: "1" to refuse while anything is held or
+/// queued. -> {"ok", existed (1/0)} | {"busy"}
+const script& destroy();
+
+}  // namespace shmsem::detail::redis::scripts

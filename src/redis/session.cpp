@@ -1,0 +1,614 @@
+#include "redis/session.hpp"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <thread>
+
+#include "log.hpp"
+#include "redis/scripts.hpp"
+#include "sys/clock.hpp"
+
+namespace shmsem::detail {
+extern std::atomic<bool> process_shut_down;
+}
+
+namespace shmsem::detail::redis {
+
+namespace {
+
+struct state_registry {
+  std::mutex mu;
+  std::map<std::string, std::weak_ptr<semaphore_state>> states;
+};
+
+// Never destroyed, replaced in a forked child (see client.cpp).
+state_registry* the_states = nullptr;
+std::once_flag states_once;
+
+state_registry& states() {
+  std::call_once(states_once, [] {
+    the_states = new state_registry;
+    ::pthread_atfork(nullptr, nullptr, [] { the_states = new state_registry; });
+  });
+  return *the_states;
+}
+
+std::int64_t ms_ns(std::int64_t ms) {
+  return ms * 1'000'000;
+}
+
+}  // namespace
+
+std::string host_name() {
+  if (const char* h = std::getenv("SHMSEM_HOST"); h && *h) return h;
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::string describe_loss(const std::string& why) {
+  const auto bar = why.find('|');
+  const std::string kind = why.substr(0, bar);
+  if (kind == "expired") return "its TTL ran out";
+  if (kind == "reaped")
+    return "its session lapsed (the holder was dead, stopped or cut off from Redis for longer "
+           "than the session timeout)";
+  if (kind == "force_released") return "it was force-released";
+  if (kind == "data")
+    return "Redis lost the semaphore's data (a restart without persistence, a flush, a deleted "
+           "key or a failover); the capacity was re-created";
+  if (kind == "unknown") return "it is no longer in Redis (the reason is no longer recorded)";
+  return kind;
+}
+
+semaphore_state::semaphore_state(std::shared_ptr<client> c, url u)
+    : cli(std::move(c)),
+      where(std::move(u)),
+      sid(random_id(20)),
+      meta(meta_key(where.key)),
+      channel(meta + ":ev:" + sid),
+      idle_channel(meta + ":ev-idle"),
+      host(host_name()),
+      pid(::getpid()),
+      fork_gen(fork_generation()) {}
+
+semaphore_state::~semaphore_state() = default;
+
+void semaphore_state::saw_epoch(const std::string& e, std::vector<lease*>* newly_lost) {
+  if (e == epoch) return;
+  if (!epoch.empty()) {
+    for (lease* l : leases)
+      if (l->epoch != e && mark_lost(*l, "data") && newly_lost) newly_lost->push_back(l);
+    for (auto& [wid, w] : waiters) {
+      if (w->st != waiter::state::waiting) continue;
+      w->st = waiter::state::gone;
+      w->error = describe_loss("data");
+    }
+    releases.clear();
+    abandoned.clear();
+    claimed.clear();
+    voided.clear();
+    cv.notify_all();
+  }
+  epoch = e;
+}
+
+bool semaphore_state::mark_lost(lease& l, const std::string& why) {
+  if (l.lost) return false;
+  l.lost = true;
+  l.why = why;
+  l.auto_renew = false;
+  return true;
+}
+
+std::optional<loss_note> semaphore_state::take_loss_note(lease& l) {
+  if (!l.lost || l.loss_reported) return std::nullopt;
+  l.loss_reported = true;
+  return loss_note{l.id, describe_loss(l.why), l.observer};
+}
+
+void semaphore_state::tell(const loss_note& n) const {
+  log().warn("semaphore '{}': permit {} was lost: {}", where.display, n.id, n.why);
+  notify(n.observer, [&](Observer& o) { o.on_lost(where.display, n.id, n.why); });
+}
+
+void log_observer_error(const char* what) noexcept {
+  log().error("observer threw: {}", what);
+}
+
+void semaphore_state::add_waiter(waiter& w) {
+  waiters[w.wid] = &w;
+  auto it = early.find(w.wid);
+  if (it == early.end()) return;
+  if (it->second.first == 0) {
+    w.st = waiter::state::rejected;
+  } else {
+    w.st = waiter::state::granted;
+    w.lease_id = it->second.first;
+  }
+  early.erase(it);
+}
+
+bool semaphore_state::active() const {
+  return !leases.empty() || !waiters.empty() || idle_watchers > 0 || !releases.empty() ||
+         !abandoned.empty() || !voided.empty();
+}
+
+std::shared_ptr<semaphore_state> state_for(const url& u) {
+  auto& r = states();
+  std::lock_guard g(r.mu);
+  auto& slot = r.states[u.ep.identity() + '\n' + u.key];
+  if (auto s = slot.lock()) return s;
+  auto s = std::make_shared<semaphore_state>(client::get(u.ep), u);
+  slot = s;
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// The keeper
+
+namespace {
+
+struct schedule {
+  std::int64_t backoff_ns = 0;
+  std::int64_t retry_ns = 0;  // after a failure: not before
+};
+
+struct subscriber {
+  std::shared_ptr<client> cli;
+  std::unique_ptr<connection> conn;
+  std::set<std::string> sent;  // SUBSCRIBEd on this connection
+  std::map<std::string, std::weak_ptr<semaphore_state>> by_channel;
+  std::int64_t retry_ns = 0;
+  std::int64_t backoff_ns = 0;
+};
+
+constexpr std::int64_t kMinBackoffNs = 20'000'000;
+constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
+constexpr std::int64_t kEarlyKeepNs = 60'000'000'000;
+
+std::int64_t next_backoff(std::int64_t b, std::int64_t cap) {
+  return std::min(std::max(kMinBackoffNs, b * 2), std::max(kMinBackoffNs, cap));
+}
+
+}  // namespace
+
+struct keeper::impl {
+  std::mutex mu;  // guards watched
+  std::vector<std::shared_ptr<semaphore_state>> watched;
+  int efd = -1;
+  // Keeper thread only:
+  std::map<semaphore_state*, schedule> sched;
+  std::map<std::string, subscriber> subs;  // by client identity
+
+  void renew(const std::shared_ptr<semaphore_state>& s, schedule& sc);
+  std::int64_t due(semaphore_state& s, const schedule& sc, std::int64_t now);
+  void serve_subscribers(const std::vector<std::shared_ptr<semaphore_state>>& live,
+                         std::vector<pollfd>& fds, std::vector<subscriber*>& owners,
+                         std::int64_t& wake_at);
+  void read_subscriber(subscriber& sub);
+  void drop_subscriber(subscriber& sub, const std::string& why);
+};
+
+keeper& keeper::get() {
+  static keeper* the_keeper = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    the_keeper = new keeper;
+    // The thread does not exist in a forked child: start afresh there.
+    ::pthread_atfork(nullptr, nullptr, [] { the_keeper = new keeper; });
+  });
+  return *the_keeper;
+}
+
+keeper::keeper() : impl_(new impl) {
+  impl_->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  std::thread([this] { run(); }).detach();
+}
+
+void keeper::watch(const std::shared_ptr<semaphore_state>& s) {
+  {
+    std::lock_guard g(impl_->mu);
+    if (std::find(impl_->watched.begin(), impl_->watched.end(), s) == impl_->watched.end())
+      impl_->watched.push_back(s);
+    std::lock_guard sg(s->mu);
+    s->watched = true;
+  }
+  poke();
+}
+
+void keeper::poke() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto r = ::write(impl_->efd, &one, sizeof one);
+}
+
+std::int64_t keeper::impl::due(semaphore_state& s, const schedule& sc, std::int64_t now) {
+  std::lock_guard g(s.mu);
+  if (!s.active()) return sys::kNever;
+  if (sc.retry_ns > 0) return sc.retry_ns;
+  if (s.check_now || !s.releases.empty() || !s.abandoned.empty() || !s.voided.empty()) return now;
+  std::int64_t d = s.touched_ns + ms_ns(s.session_ms) / 3;
+  for (const lease* l : s.leases)
+    if (l->auto_renew && l->ttl_ms > 0)
+      d = std::min(d, l->renewed_ns + std::max<std::int64_t>(ms_ns(l->ttl_ms) / 3, 1'000'000));
+  if ((!s.waiters.empty() || s.idle_watchers > 0) && s.expiry_due_ns > 0)
+    d = std::min(d, s.expiry_due_ns);
+  return d;
+}
+
+void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& sc) {
+  semaphore_state& s = *sp;
+  std::vector<std::string> args;
+  std::vector<lease*> sent_leases;
+  std::vector<std::uint64_t> sent_waiters;
+  std::size_t n_voided, n_releases, n_abandoned, n_claimed;
+  std::int64_t deadline;
+  {
+    std::lock_guard g(s.mu);
+    s.check_now = false;
+    if (s.epoch.empty()) {
+      // Nothing was ever granted here in this epoch (or the data was lost
+      // and seen): there is no session to keep.
+      s.releases.clear();
+      s.abandoned.clear();
+      s.voided.clear();
+      return;
+    }
+    args = {s.epoch, s.sid, std::to_string(s.session_ms)};
+    auto put = [&](const std::vector<std::string>& v) {
+      args.push_back(std::to_string(v.size()));
+      args.insert(args.end(), v.begin(), v.end());
+    };
+    put(s.voided);
+    put(s.releases);
+    put(s.abandoned);
+    put(s.claimed);
+    n_voided = s.voided.size();
+    n_releases = s.releases.size();
+    n_abandoned = s.abandoned.size();
+    n_claimed = s.claimed.size();
+    args.push_back(std::to_string(s.leases.size()));
+    for (lease* l : s.leases) {
+      args.push_back(std::to_string(l->id));
+      const bool renew = l->auto_renew && !process_shut_down.load(std::memory_order_relaxed);
+      args.push_back(std::to_string(renew ? l->ttl_ms : 0));
+      sent_leases.push_back(l);
+    }
+    std::size_t nw = 0;
+    const std::size_t count_at = args.size();
+    args.emplace_back();
+    for (auto& [wid, w] : s.waiters) {
+      if (w->st != waiter::state::waiting) continue;
+      args.push_back(std::to_string(wid));
+      sent_waiters.push_back(wid);
+      ++nw;
+    }
+    args[count_at] = std::to_string(nw);
+    deadline = sys::precise_now_ns() + s.connect_timeout_ns;
+  }
+  const std::int64_t sent_at = sys::precise_now_ns();
+  reply r;
+  std::string failure;
+  try {
+    r = s.cli->eval(scripts::renew(), s.meta, args, deadline);
+    if (r.is_error()) failure = std::string(r.str());
+  } catch (const io_error& e) {
+    failure = e.what();
+  }
+
+  std::vector<lease*> lost;
+  {
+    std::lock_guard g(s.mu);
+    const std::int64_t now = sys::precise_now_ns();
+    if (!failure.empty()) {
+      if (sc.backoff_ns == 0)
+        log().warn("semaphore '{}': cannot renew the session: {}", s.where.display, failure);
+      sc.backoff_ns = next_backoff(sc.backoff_ns, ms_ns(s.session_ms) / 3);
+      sc.retry_ns = now + sc.backoff_ns;
+      if (now - s.touched_ns > ms_ns(s.session_ms)) {
+        // The session has lapsed on the server by now, or will have when
+        // Redis is back: what it held and queued is gone.
+        const std::string why =
+            "no contact with Redis for longer than the session timeout (" + failure + ")";
+        for (lease* l : s.leases)
+          if (s.mark_lost(*l, "reaped")) lost.push_back(l);
+        for (auto& [wid, w] : s.waiters) {
+          if (w->st != waiter::state::waiting) continue;
+          w->st = waiter::state::gone;
+          w->error = why;
+        }
+        s.cv.notify_all();
+      }
+    } else {
+      if (sc.backoff_ns != 0) log().info("semaphore '{}': session renewed again", s.where.display);
+      sc.backoff_ns = 0;
+      sc.retry_ns = 0;
+      const std::string_view status = r.at(0).str();
+      if (status == "ok") {
+        s.touched_ns = sent_at;
+        s.voided.erase(s.voided.begin(), s.voided.begin() + static_cast<long>(n_voided));
+        s.releases.erase(s.releases.begin(), s.releases.begin() + static_cast<long>(n_releases));
+        s.abandoned.erase(s.abandoned.begin(),
+                          s.abandoned.begin() + static_cast<long>(n_abandoned));
+        s.claimed.erase(s.claimed.begin(), s.claimed.begin() + static_cast<long>(n_claimed));
+        const reply ls = r.at(1), ws = r.at(2);
+        for (std::size_t i = 0; i < sent_leases.size(); ++i) {
+          lease* l = sent_leases[i];
+          if (std::find(s.leases.begin(), s.leases.end(), l) == s.leases.end()) continue;
+          const std::string st(ls.at(i).str());
+          if (st == "ok") {
+            if (l->auto_renew && l->ttl_ms > 0) {
+              l->renewed_ns = sent_at;
+              l->expires_ns.store(sent_at + ms_ns(l->ttl_ms));
+            }
+          } else if (s.mark_lost(*l, st)) {
+            lost.push_back(l);
+          }
+        }
+        for (std::size_t i = 0; i < sent_waiters.size(); ++i) {
+          auto it = s.waiters.find(sent_waiters[i]);
+          if (it == s.waiters.end() || it->second->st != waiter::state::waiting) continue;
+          const std::string st(ws.at(i).str());
+          waiter& w = *it->second;
+          if (st.size() > 1 && st[0] == 'g') {
+            w.st = waiter::state::granted;
+            w.lease_id = std::strtoull(st.c_str() + 1, nullptr, 10);
+          } else if (st == "r") {
+            w.st = waiter::state::rejected;
+          } else if (st == "gone") {
+            w.st = waiter::state::gone;
+            w.error = "its place in the queue was lost: " + describe_loss("reaped");
+          }
+        }
+        s.last_used = static_cast<int>(r.at(3).integer());
+        s.last_cap = static_cast<int>(r.at(4).integer());
+        const long long next = r.at(5).integer();
+        s.expiry_due_ns = next < 0 ? 0 : sent_at + ms_ns(next);
+      } else {
+        // "epoch", "absent", "garbage" or "wrongtype": the data these
+        // permits were granted in is gone.
+        const std::string e = status == "epoch" ? std::string(r.at(1).str()) : std::string();
+        for (lease* l : s.leases)
+          if (s.mark_lost(*l, "data")) lost.push_back(l);
+        for (auto& [wid, w] : s.waiters) {
+          if (w->st != waiter::state::waiting) continue;
+          w->st = waiter::state::gone;
+          w->error = describe_loss("data");
+        }
+        s.releases.clear();
+        s.abandoned.clear();
+        s.claimed.clear();
+        s.voided.clear();
+        s.epoch = e;
+      }
+      ++s.events;
+      s.cv.notify_all();
+    }
+  }
+  std::vector<loss_note> notes;
+  {
+    // The leases may have been released meanwhile: only those still here.
+    std::lock_guard g(s.mu);
+    for (lease* l : lost)
+      if (std::find(s.leases.begin(), s.leases.end(), l) != s.leases.end())
+        if (auto n = s.take_loss_note(*l)) notes.push_back(std::move(*n));
+  }
+  for (const auto& n : notes) s.tell(n);
+}
+
+void keeper::impl::drop_subscriber(subscriber& sub, const std::string& why) {
+  if (sub.conn)
+    log().warn("Redis {}: lost the pub/sub connection: {}", sub.cli->seed().where(), why);
+  sub.conn.reset();
+  sub.sent.clear();
+  sub.backoff_ns = next_backoff(sub.backoff_ns, kMaxBackoffNs);
+  sub.retry_ns = sys::precise_now_ns() + sub.backoff_ns;
+  // Messages may have been missed: every state on it checks at once.
+  for (auto& [ch, w] : sub.by_channel)
+    if (auto s = w.lock()) {
+      std::lock_guard g(s->mu);
+      s->subscribed = false;
+    }
+}
+
+void keeper::impl::read_subscriber(subscriber& sub) {
+  std::vector<reply> msgs;
+  try {
+    msgs = sub.conn->read_ready();
+  } catch (const io_error& e) {
+    drop_subscriber(sub, e.what());
+    return;
+  }
+  for (const reply& m : msgs) {
+    const std::string_view kind = m.at(0).str();
+    const std::string channel(m.at(1).str());
+    auto it = sub.by_channel.find(channel);
+    if (it == sub.by_channel.end()) continue;
+    auto s = it->second.lock();
+    if (!s) continue;
+    std::lock_guard g(s->mu);
+    if (kind == "subscribe") {
+      if (channel == s->channel) {
+        s->subscribed = true;
+        // A grant published before this moment was missed: ask for it.
+        if (!s->waiters.empty()) s->check_now = true;
+      }
+      ++s->events;
+      s->cv.notify_all();
+      continue;
+    }
+    if (kind != "message") continue;
+    ++s->events;
+    if (channel == s->channel) {
+      const std::string_view payload = m.at(2).str();
+      std::size_t pos = 0;
+      const std::int64_t now = sys::precise_now_ns();
+      while (pos < payload.size()) {
+        auto end = payload.find(' ', pos);
+        if (end == std::string_view::npos) end = payload.size();
+        const std::string tok(payload.substr(pos, end - pos));
+        pos = end + 1;
+        if (tok.size() < 2) continue;
+        char* rest = nullptr;
+        const std::uint64_t wid = std::strtoull(tok.c_str() + 1, &rest, 10);
+        const std::uint64_t lease_id =
+            tok[0] == 'g' && rest && *rest == ':' ? std::strtoull(rest + 1, nullptr, 10) : 0;
+        auto w = s->waiters.find(wid);
+        if (w != s->waiters.end()) {
+          if (w->second->st != waiter::state::waiting) continue;
+          w->second->st = lease_id ? waiter::state::granted : waiter::state::rejected;
+          w->second->lease_id = lease_id;
+        } else {
+          // The acquire that queued it has not registered yet.
+          std::erase_if(s->early,
+                        [&](const auto& e) { return now - e.second.second > kEarlyKeepNs; });
+          s->early[wid] = {lease_id, now};
+        }
+      }
+    }
+    s->cv.notify_all();
+  }
+}
+
+void keeper::impl::serve_subscribers(const std::vector<std::shared_ptr<semaphore_state>>& live,
+                                     std::vector<pollfd>& fds, std::vector<subscriber*>& owners,
+                                     std::int64_t& wake_at) {
+  // Which channels each server should have us on.
+  std::map<std::string, std::set<std::string>> wanted;
+  for (const auto& s : live) {
+    std::lock_guard g(s->mu);
+    const std::string id = s->cli->seed().identity();
+    auto& sub = subs[id];
+    if (!sub.cli) sub.cli = s->cli;
+    auto& w = wanted[id];
+    if (!s->waiters.empty()) {
+      w.insert(s->channel);
+      sub.by_channel[s->channel] = s;
+    }
+    if (s->idle_watchers > 0) {
+      w.insert(s->idle_channel);
+      sub.by_channel[s->idle_channel] = s;
+    }
+  }
+  const std::int64_t now = sys::precise_now_ns();
+  for (auto it = subs.begin(); it != subs.end();) {
+    subscriber& sub = it->second;
+    const auto& want = wanted[it->first];
+    if (want.empty()) {
+      // Nobody waits on this server any more.
+      sub.conn.reset();
+      sub.sent.clear();
+      sub.by_channel.clear();
+      it = subs.erase(it);
+      continue;
+    }
+    for (const auto& ch : sub.sent) {
+      if (want.count(ch)) continue;
+      // Leaving a channel: a later waiter must wait for the next confirmation.
+      auto b = sub.by_channel.find(ch);
+      if (b == sub.by_channel.end()) continue;
+      if (auto s = b->second.lock()) {
+        std::lock_guard g(s->mu);
+        if (ch == s->channel) s->subscribed = false;
+      }
+    }
+    std::erase_if(sub.by_channel, [&](const auto& e) { return !want.count(e.first); });
+    if (!sub.conn && now >= sub.retry_ns) {
+      try {
+        sub.conn = connection::open(sub.cli->seed(), now + 1'000'000'000);
+        sub.backoff_ns = 0;
+      } catch (const io_error& e) {
+        drop_subscriber(sub, e.what());
+      }
+    }
+    if (sub.conn) {
+      std::vector<std::string_view> add = {"SUBSCRIBE"}, remove = {"UNSUBSCRIBE"};
+      for (const auto& ch : want)
+        if (!sub.sent.count(ch)) add.push_back(ch);
+      for (const auto& ch : sub.sent)
+        if (!want.count(ch)) remove.push_back(ch);
+      try {
+        if (add.size() > 1) sub.conn->append(add);
+        if (remove.size() > 1) sub.conn->append(remove);
+        if (add.size() > 1 || remove.size() > 1) sub.conn->flush(now + 1'000'000'000);
+        for (std::size_t i = 1; i < add.size(); ++i) sub.sent.insert(std::string(add[i]));
+        for (std::size_t i = 1; i < remove.size(); ++i) sub.sent.erase(std::string(remove[i]));
+      } catch (const io_error& e) {
+        drop_subscriber(sub, e.what());
+      }
+    }
+    if (sub.conn) {
+      fds.push_back(pollfd{sub.conn->fd(), POLLIN, 0});
+      owners.push_back(&sub);
+    } else {
+      wake_at = std::min(wake_at, sub.retry_ns);
+    }
+    ++it;
+  }
+}
+
+void keeper::run() {
+  impl& k = *impl_;
+  for (;;) {
+    std::vector<std::shared_ptr<semaphore_state>> live;
+    {
+      std::lock_guard g(k.mu);
+      live = k.watched;
+    }
+    std::int64_t wake_at = sys::kNever;
+    std::vector<std::shared_ptr<semaphore_state>> keep;
+    for (const auto& s : live) {
+      schedule& sc = k.sched[s.get()];
+      std::int64_t now = sys::precise_now_ns();
+      std::int64_t d = k.due(*s, sc, now);
+      if (d != sys::kNever && d <= now) {
+        k.renew(s, sc);
+        d = k.due(*s, sc, sys::precise_now_ns());
+      }
+      if (d == sys::kNever) continue;
+      keep.push_back(s);
+      wake_at = std::min(wake_at, d);
+    }
+    {
+      // States with nothing to keep leave the list (watch() puts them back).
+      std::lock_guard g(k.mu);
+      std::erase_if(k.watched, [&](const auto& s) {
+        if (std::find(keep.begin(), keep.end(), s) != keep.end()) return false;
+        std::lock_guard sg(s->mu);
+        if (s->active()) {
+          // It gained work since its due time was computed (without a poke:
+          // it was still watched). Look at it again at once.
+          wake_at = 0;
+          return false;
+        }
+        s->watched = false;
+        k.sched.erase(s.get());
+        return true;
+      });
+    }
+    std::vector<pollfd> fds{pollfd{k.efd, POLLIN, 0}};
+    std::vector<subscriber*> owners{nullptr};
+    k.serve_subscribers(keep, fds, owners, wake_at);
+    const std::int64_t now = sys::precise_now_ns();
+    int timeout_ms = -1;
+    if (wake_at != sys::kNever)
+      timeout_ms = static_cast<int>(
+          std::clamp<std::int64_t>((wake_at - now + 999'999) / 1'000'000, 0, 60'000));
+    const int n = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (n <= 0) continue;
+    if (fds[0].revents) {
+      std::uint64_t v;
+      [[maybe_unused]] auto r = ::read(k.efd, &v, sizeof v);
+    }
+    for (std::size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) k.read_subscriber(*owners[i]);
+  }
+}
+
+}  // namespace shmsem::detail::redis

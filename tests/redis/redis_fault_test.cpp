@@ -1,0 +1,400 @@
+// The Redis backend when things go wrong, each against a private
+// redis-server: bad URLs, wrong passwords, a server that is not Redis, keys
+// that hold something else, a server killed and restarted with and without
+// persistence, a stopped server, and a stopped or killed holder.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <shmsem/shmsem.hpp>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "redis_server.hpp"
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+using test::child_process;
+using test::eventually;
+using test::pipe_channel;
+using test::redis_options;
+using test::redis_server;
+using clk = std::chrono::steady_clock;
+
+std::string test_key() {
+  std::string n = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return "fault." + n;
+}
+
+// What `f` threw (of type E), failing the test if it threw nothing.
+template <class E = std::exception, class F>
+E thrown(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no exception";
+  if constexpr (std::is_same_v<E, AcquisitionError>)
+    return AcquisitionError(Reason::error, "none");
+  else
+    return E("none");
+}
+
+template <class F>
+std::string message_of(F&& f) {
+  return thrown<std::runtime_error>(std::forward<F>(f)).what();
+}
+
+AcquisitionError acquire_error(Semaphore& s, int n, const AcquireOptions& o = {}) {
+  return thrown<AcquisitionError>([&] { s.acquire(n, o); });
+}
+
+struct counting_observer : Observer {
+  std::atomic<int> lost{0};
+  void on_lost(std::string_view, std::uint64_t, std::string_view) override { ++lost; }
+};
+
+// ------------------------------------------------------------- bad input
+
+TEST(RedisFault, BadUrlsAreInvalidArgumentsThatNameTheUrlButNotThePassword) {
+  for (const char* url :
+       {"redis://", "redis:///k", "redis://h:0/k", "redis://h:70000/k", "redis://h:x/k",
+        "redis://h", "redis://h/", "redis://h/k?db=x", "redis://h/k?foo=1", "redis://h/k?key=x",
+        "redis://h/k?db=1&db=2", "redis+unix://relative?key=k", "redis+unix:///tmp/s",
+        "redis+unix:///tmp/s?key=", "redis://h/a%00b", "redis://h/a%zz", "redis://[::1/k",
+        "redis://u:secret@h:99999/x", "redis+unix://u:secret@/tmp/s"}) {
+    SCOPED_TRACE(url);
+    try {
+      Semaphore::open(url, 1);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("Redis URL"), std::string::npos) << what;
+      EXPECT_EQ(what.find("secret"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(RedisFault, UnreachableServerFailsFastWithTheDriversMessage) {
+  const int port = test::free_port();  // nobody listens there
+  const std::string url = "redis://127.0.0.1:" + std::to_string(port) + "/k";
+  const auto start = clk::now();
+  try {
+    Semaphore::open(url, 1, {.connect_timeout = 500ms});
+    FAIL() << "opened";
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), std::errc::connection_refused) << e.what();
+    EXPECT_NE(std::string(e.what()).find(url), std::string::npos) << e.what();
+  }
+  EXPECT_LT(clk::now() - start, 5s);
+  // A socket path that does not exist.
+  EXPECT_THROW(Semaphore::open("redis+unix:///nonexistent/redis.sock?key=k", 1), SegmentError);
+}
+
+TEST(RedisFault, WrongOrMissingPasswordIsAClearErrorAndTheRightOneWorks) {
+  redis_server srv({.password = "right"});
+  const std::string good = srv.url(test_key());
+  const std::string bad = "redis+unix://:wrong@" + srv.socket_path() + "?key=k";
+  const std::string none = "redis+unix://" + srv.socket_path() + "?key=k";
+  for (const auto& url : {bad, none}) {
+    SCOPED_TRACE(url);
+    try {
+      Semaphore::open(url, 1);
+      ADD_FAILURE() << "opened";
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), std::errc::permission_denied) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("wrong"), std::string::npos) << "password shown";
+    }
+  }
+  auto s = Semaphore::open(good, 2);
+  auto p = s.acquire();
+  EXPECT_EQ(s.used(), 1);
+  EXPECT_EQ(s.key().find("right"), std::string_view::npos) << "key() shows the password";
+}
+
+// A TCP server on a free port that answers every connection with `reply`
+// (or with nothing, holding the connection open).
+class fake_server {
+ public:
+  explicit fake_server(std::string reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;
+        if (!reply_.empty()) [[maybe_unused]]
+          auto n = ::write(c, reply_.data(), reply_.size());
+        clients_.push_back(c);
+      }
+    });
+  }
+  ~fake_server() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+    for (int c : clients_) ::close(c);
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/k"; }
+
+ private:
+  std::string reply_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::vector<int> clients_;
+};
+
+TEST(RedisFault, AServerThatIsNotRedisIsAClearErrorWithoutAHang) {
+  fake_server http("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+  const auto start = clk::now();
+  try {
+    Semaphore::open(http.url(), 1, {.connect_timeout = 1s});
+    FAIL() << "opened";
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), std::errc::protocol_error) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Redis server?"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(clk::now() - start, 5s);
+}
+
+TEST(RedisFault, AServerThatNeverAnswersTimesOutAtTheConnectTimeout) {
+  fake_server silent("");
+  const auto start = clk::now();
+  try {
+    Semaphore::open(silent.url(), 1, {.connect_timeout = 300ms});
+    FAIL() << "opened";
+  } catch (const SegmentError& e) {
+    EXPECT_EQ(e.code(), std::errc::timed_out) << e.what();
+  }
+  const auto took = clk::now() - start;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 5s);
+}
+
+TEST(RedisFault, KeysOfAnotherTypeOrGarbageAreReportedAndLeftAlone) {
+  redis_server srv;
+  struct foreign {
+    std::string name;
+    std::vector<std::string> write, read;
+    std::string expect;
+  };
+  const std::vector<foreign> cases = {
+      {"string", {"SET", "shmsem{string}", "hello"}, {"GET", "shmsem{string}"}, "hello"},
+      {"garbage",
+       {"HSET", "shmsem{garbage}", "format", "other"},
+       {"HGET", "shmsem{garbage}", "format"},
+       "other"},
+      {"leases",
+       {"LPUSH", "shmsem{leases}:leases", "mine"},
+       {"LRANGE", "shmsem{leases}:leases", "0", "-1"},
+       "mine"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    srv.cli(c.write);
+    try {
+      Semaphore::open(srv.url(c.name), 3);
+      ADD_FAILURE() << "opened";
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), errc::bad_segment) << e.what();
+      EXPECT_NE(std::string(e.what()).find("left alone"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("shmsem{" + c.name + "}"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_NE(srv.cli(c.read).find(c.expect), std::string::npos) << "overwritten";
+    try {
+      EXPECT_FALSE(Semaphore::remove(srv.url(c.name)));
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), errc::bad_segment) << e.what();
+    }
+    EXPECT_NE(srv.cli(c.read).find(c.expect), std::string::npos) << "removed";
+  }
+}
+
+// ------------------------------------------------------------- restarts
+
+TEST(RedisFault, RestartWithoutPersistenceReportsEveryPermitLostAtOnce) {
+  redis_server srv;
+  auto obs = std::make_shared<counting_observer>();
+  auto s = Semaphore::open(srv.url(test_key()), 3, {.observer = obs});
+  auto a = s.acquire();
+  auto b = s.acquire(2);
+  srv.restart();
+  // Nobody asks: the session's renewal finds the semaphore gone.
+  ASSERT_TRUE(eventually([&] { return obs->lost.load() == 2; }, 10s));
+  EXPECT_FALSE(a.is_held());
+  const std::string msg = message_of([&] { b.release(); });
+  EXPECT_NE(msg.find("lost the semaphore's data"), std::string::npos) << msg;
+  // The capacity comes back from open()'s permits.
+  auto c = s.acquire(3, {.wait_timeout = 5s});
+  EXPECT_EQ(s.capacity(), 3);
+  EXPECT_THROW(a.release(), PermitNotHeldError);
+  EXPECT_EQ(s.used(), 3);
+}
+
+TEST(RedisFault, RestartWithPersistenceWithinTheSessionTimeoutKeepsThePermits) {
+  redis_server srv({.persistence = true});
+  auto s = Semaphore::open(srv.url(test_key()), 2, {.session_timeout = 10s});
+  auto p = s.acquire();
+  const auto token = p.fencing_token();
+  srv.restart();
+  // Reconnects on its own; the lease, its session and its data are back.
+  ASSERT_TRUE(eventually([&] { return s.used() == 1; }, 5s));
+  EXPECT_TRUE(p.is_held());
+  auto q = s.acquire();
+  EXPECT_GT(q.fencing_token(), token);
+  EXPECT_NO_THROW(p.release());
+  EXPECT_NO_THROW(q.release());
+  EXPECT_EQ(s.used(), 0);
+}
+
+TEST(RedisFault, RestartWithPersistenceAfterTheSessionTimeoutReportsTheLoss) {
+  redis_server srv({.persistence = true});
+  auto s = Semaphore::open(srv.url(test_key()), 1, {.session_timeout = 300ms});
+  auto p = s.acquire();
+  srv.signal(SIGKILL);
+  // The outage outlasts the session: that is the fault under test.
+  std::this_thread::sleep_for(1s);
+  srv.restart();
+  EXPECT_FALSE(p.is_held());
+  const std::string msg = message_of([&] { p.release(); });
+  EXPECT_NE(msg.find("session lapsed"), std::string::npos) << msg;
+  auto q = s.acquire(1, {.wait_timeout = 5s});  // the seat came back
+  EXPECT_TRUE(q.is_held());
+}
+
+// A restore from an older snapshot (or a failover to a replica that missed
+// the last grants) forgets grants but must never hand out a token again.
+TEST(RedisFault, RestartFromAnOlderSnapshotNeverRepeatsATokenAndReportsTheForgottenGrant) {
+  redis_server srv;
+  auto s = Semaphore::open(srv.url(test_key()), 3, {.session_timeout = 10s});
+  auto kept = s.acquire();
+  srv.cli({"SAVE"});  // the snapshot has `kept` only
+  auto forgotten = s.acquire();
+  const std::uint64_t newest = forgotten.fencing_token();
+  srv.restart();  // loads the snapshot
+  auto fresh = s.acquire(1, {.wait_timeout = 5s});
+  EXPECT_GT(fresh.fencing_token(), newest);
+  EXPECT_TRUE(kept.is_held());
+  EXPECT_FALSE(forgotten.is_held());
+  EXPECT_THROW(forgotten.release(), PermitNotHeldError);
+  EXPECT_NO_THROW(kept.release());
+}
+
+TEST(RedisFault, StoppedServerFailsCallsWithinTheirBudgetAndIsUsedAgainAfterwards) {
+  redis_server srv;
+  auto s =
+      Semaphore::open(srv.url(test_key()), 1, {.session_timeout = 10s, .connect_timeout = 300ms});
+  auto p = s.acquire();
+  // A waiter queued before the stop ends by its own budget.
+  auto queued =
+      std::async(std::launch::async, [&] { return acquire_error(s, 1, {.wait_timeout = 400ms}); });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  srv.signal(SIGSTOP);
+  auto start = clk::now();
+  const AcquisitionError waited = queued.get();
+  EXPECT_EQ(waited.reason(), Reason::timeout) << waited.what();
+  EXPECT_LT(clk::now() - start, 400ms + 300ms + 2s);
+  // A call made during the stop fails with the driver's error.
+  start = clk::now();
+  const AcquisitionError e = acquire_error(s, 1, {.wait_timeout = 200ms});
+  EXPECT_EQ(e.reason(), Reason::error) << e.what();
+  EXPECT_NE(std::string(e.what()).find("cannot reach Redis"), std::string::npos) << e.what();
+  EXPECT_LT(clk::now() - start, 200ms + 300ms + 2s);
+  EXPECT_THROW(s.try_acquire(), AcquisitionError);
+  EXPECT_THROW(s.reap(), SegmentError);
+  EXPECT_TRUE(p.is_held()) << "within the session timeout, from what the process knows";
+  srv.signal(SIGCONT);
+  EXPECT_TRUE(p.is_held());
+  p.release();
+  auto q = s.acquire(1, {.wait_timeout = 5s});
+  EXPECT_EQ(s.used(), 1);
+  EXPECT_EQ(s.waiters(), 0) << "the waiter that gave up during the stop left the queue";
+}
+
+// ------------------------------------------------------------- holders
+
+// A child that holds one seat of `url` until told, then reports whether it
+// still held it and whether release() said it was lost.
+struct remote_holder {
+  pipe_channel ready, go;
+  child_process proc;
+  remote_holder(const std::string& url, std::chrono::milliseconds session)
+      : proc([this, url, session] {
+          auto sem = Semaphore::open(url, 1, {.session_timeout = session});
+          auto p = sem.acquire();
+          ready.send('h');
+          go.receive(std::chrono::minutes(5));
+          const bool held = p.is_held();
+          bool lost = false;
+          try {
+            p.release();
+          } catch (const PermitNotHeldError&) {
+            lost = true;
+          }
+          ready.send(held ? 'y' : 'n');
+          ready.send(lost ? 'l' : 'r');
+          return 0;
+        }) {
+    EXPECT_EQ(ready.receive(), 'h');
+  }
+};
+
+TEST(RedisFault, StoppedHolderLosesItsSeatAndLearnsItWhenResumed) {
+  redis_server srv;
+  const std::string url = srv.url(test_key());
+  remote_holder holder(url, 500ms);
+  auto s = Semaphore::open(url, 1, {.session_timeout = 500ms});
+  holder.proc.kill(SIGSTOP);
+  auto p = s.acquire(1, {.wait_timeout = 10s});  // its session lapses: the seat is ours
+  EXPECT_EQ(s.used(), 1) << "the bound held";
+  const auto hs = s.holders();
+  ASSERT_EQ(hs.size(), 1u);
+  EXPECT_EQ(hs[0].pid, ::getpid());
+  holder.proc.kill(SIGCONT);
+  holder.go.send();
+  EXPECT_EQ(holder.ready.receive(), 'n') << "is_held() after the lapse";
+  EXPECT_EQ(holder.ready.receive(), 'l') << "release() must report the loss";
+  EXPECT_EQ(holder.proc.wait(), 0);
+  EXPECT_TRUE(p.is_held());
+  EXPECT_EQ(s.used(), 1);
+  EXPECT_GE(s.stats().reaped, 1u);
+}
+
+TEST(RedisFault, KilledHoldersSeatReachesABlockedWaiterWithinTheSessionTimeoutPlusOneSecond) {
+  redis_server srv;
+  const std::string url = srv.url(test_key());
+  constexpr auto kSession = 1500ms;
+  remote_holder holder(url, kSession);
+  auto s = Semaphore::open(url, 1, {.session_timeout = kSession});
+  auto waiting = std::async(std::launch::async, [&] {
+    auto p = s.acquire(1, {.wait_timeout = 30s});
+    return clk::now();
+  });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  const auto killed = clk::now();
+  holder.proc.kill(SIGKILL);
+  const auto granted = waiting.get();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(granted - killed);
+  RecordProperty("reclaim_ms", static_cast<int>(took.count()));
+  EXPECT_LE(took, kSession + 1s) << took.count() << " ms";
+}
+
+}  // namespace
+}  // namespace shmsem
