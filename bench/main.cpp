@@ -3,7 +3,7 @@
 //   shmsem-bench [--smoke] [--table_out=FILE] [Google Benchmark flags]
 //   SHMSEM_BENCH_REVISION=<git describe>   named in the report if set (run.sh sets it)
 //
-// Runs every case of the benchmark issue (see the family files), prints
+// Runs every benchmark case (see the family files), prints
 // Google Benchmark's console output, then the markdown ratio table with the
 // targets checked, and writes the table to FILE if asked. Pass
 // --benchmark_out=FILE --benchmark_out_format=json for the raw JSON

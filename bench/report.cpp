@@ -476,7 +476,7 @@ void write_redis(const Table& t, std::ostream& out) {
          "pair's time ÷ one PING's, measured in the same run: on a local socket the server's "
          "time to run a script is of the order of the round trip itself, so this figure is "
          "above the count of round trips, which is the commands the client sent per pair.\n\n"
-      << "| target (issue 15) | measured | verdict |\n|---|---|---|\n";
+      << "| target | measured | verdict |\n|---|---|---|\n";
   auto target = [&](const std::string& what, std::optional<double> v, const std::string& shown,
                     bool met) {
     out << "| " << what << " | " << (v ? shown : "—") << " | "

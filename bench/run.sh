@@ -2,7 +2,7 @@
 # `make bench`: builds shmsem-bench in Release (its own build tree, apart
 # from the test build) and runs the whole comparison of shmsem against its
 # peers. Prints Google Benchmark's output, then the markdown ratio table
-# with the targets checked. Writes the raw Google Benchmark JSON and
+# with the targets checked. Writes the raw Google Benchmark JSON and
 # the table into the build tree.
 #
 #   bench/run.sh [shmsem-bench flags]      e.g. --benchmark_filter=AcquireRelease

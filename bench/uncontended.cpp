@@ -1,4 +1,4 @@
-// bench/uncontended.cpp: cases 1-5 of the benchmark issue, one thread and
+// bench/uncontended.cpp: cases 1-5 of the benchmark, one thread and
 // no contention: the hot path itself.
 //   1. acquire+release of one seat (shmsem without and with a TTL)
 //   2. try_acquire+release

@@ -110,19 +110,23 @@ class SHMSEM_API Semaphore {
   /// attach() does (not_found, also for a file never fully initialized;
   /// permission_denied, bad_segment, ...), errc::busy at once while another
   /// process initializes it, and std::invalid_argument for a bad key. Does
-  /// not block.
+  /// not block. A Redis key is read through a handle of its own, as
+  /// attach(key).snapshot() (bounded by Options::connect_timeout).
   static Snapshot inspect(std::string_view key, const Options& options = {});
 
   /// The owner and mode of the segment for `key`, read with lstat, so it
   /// works even when the file cannot be opened. Throws SegmentError
-  /// (errc::not_found) when there is none, std::invalid_argument for a bad key.
+  /// (errc::not_found) when there is none, std::invalid_argument for a bad
+  /// key or a Redis key (which has no file, and whose server decides who
+  /// may use it).
   static SegmentOwner owner(std::string_view key, const Options& options = {});
 
   /// The processes that have a segment of `key` open: the one its name leads
   /// to, or a copy removed or replaced while they used it. Found through
   /// /proc (descriptors, and the OFD locks each holds) and the segment's
   /// holder records; sorted by pid. Never writes. Costs a pass over /proc:
-  /// for tools, not for a hot path. Throws std::invalid_argument for a bad key.
+  /// for tools, not for a hot path. Empty for a Redis key: its users are on
+  /// other hosts too. Throws std::invalid_argument for a bad key.
   static std::vector<SegmentUser> users(std::string_view key);
   /// users() of every semaphore of the host, in one pass over /proc.
   static std::vector<SegmentUser> all_users();
@@ -247,7 +251,8 @@ class SHMSEM_API Semaphore {
   /// flock(1). They are reaped once this process is gone and every copy is
   /// closed. A process that closes every descriptor (a daemon) drops it.
   /// Precondition: this process has acquired through this key (its holder
-  /// record is claimed at the first acquire); otherwise throws
+  /// record is claimed at the first acquire), and the key is not a Redis
+  /// key (whose holder is the process's session); otherwise throws
   /// std::logic_error. The caller owns and closes the descriptor. Throws
   /// std::system_error if dup fails. Descriptors made before fork() are
   /// inherited as they are (the library gives a forked child a description

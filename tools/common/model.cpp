@@ -15,11 +15,11 @@
 
 namespace semtop {
 
-namespace {
-
-bool is_redis_key(const std::string& key) {
+bool is_redis_key(std::string_view key) {
   return key.starts_with("redis://") || key.starts_with("redis+unix://");
 }
+
+namespace {
 
 // attach() and inspect() say not_found for a file that exists but was never
 // fully initialized; the tools tell it apart, since something is there.
@@ -74,19 +74,6 @@ namespace {
 sample read_one(const std::string& key, const shmsem::Options& trust) {
   sample s;
   s.key = key;
-  if (is_redis_key(key)) {
-    // Redis has no file to read: a fresh handle each time, so that nothing
-    // stays attached and a removed key shows as vanished.
-    try {
-      shmsem::Options options = trust;
-      s.snap = attach_existing(key, options).snapshot();
-      s.snap->key = key;
-    } catch (const std::exception& e) {
-      s.snap.reset();
-      s.error = describe_error(e);
-    }
-    return s;
-  }
   try {
     s.snap = inspect_existing(key, trust);
     s.snap->key = key;
@@ -166,8 +153,10 @@ std::string owner_text(const shmsem::SegmentOwner& o) {
 
 shmsem::Options admin_options(const std::string& key, const std::string& action, std::string& whose,
                               shmsem::Options trust) {
-  const shmsem::SegmentOwner o = shmsem::Semaphore::owner(key, trust);
   whose.clear();
+  // A Redis key has no owner here: the server's access control decides.
+  if (is_redis_key(key)) return trust;
+  const shmsem::SegmentOwner o = shmsem::Semaphore::owner(key, trust);
   const uid_t me = ::geteuid();
   if (o.uid == me) return trust;
   if (me != 0)

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace semtop {
@@ -84,6 +85,9 @@ std::string owner_text(const shmsem::SegmentOwner& o);
 /// "" if `user` is a user name of this host or a uid; otherwise why not
 /// (a CLI11 validator for --trust-owner).
 std::string check_user(const std::string& user);
+
+/// Whether `key` names a semaphore in Redis (redis://, redis+unix://).
+bool is_redis_key(std::string_view key);
 
 /// Reads every semaphore on the Redis server at `url` (Semaphore::list of
 /// it). A server that cannot be listed becomes one sample with an error.

@@ -146,7 +146,8 @@ int rm(const std::string& key, bool force) {
     std::printf("removed %s%s\n", semtop::printable(key).c_str(), of_whom(whose).c_str());
     return kOk;
   }
-  shmsem::Semaphore::owner(key);  // removed meanwhile: not found (3)
+  if (!semtop::is_redis_key(key))
+    shmsem::Semaphore::owner(key);  // removed meanwhile: not found (3)
   std::vector<shmsem::SegmentUser> users;
   for (auto& u : shmsem::Semaphore::users(key))
     if (!u.removed_copy) users.push_back(std::move(u));

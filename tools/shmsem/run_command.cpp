@@ -528,7 +528,10 @@ int run(const run_options& o) {
   // Made before fork: the library gives a forked child a fresh description
   // of its own segment descriptor, but leaves this copy as it is. The
   // witness, forked before the semaphore was opened, never holds it.
-  const int token_fd = o.close_token ? -1 : sem.inheritable_liveness_fd();
+  // A Redis seat lives with this process's session: there is no token to
+  // hand down, and it goes back when this process dies (see docs/redis.md).
+  const int token_fd =
+      o.close_token || semtop::is_redis_key(o.key) ? -1 : sem.inheritable_liveness_fd();
   try {
     pid = spawn(o.command, start_mask, token_fd, exec_errno);
   } catch (...) {
