@@ -163,11 +163,14 @@ class keeper {
   /// Something changed for `s` (a new waiter, a stopped renewal): look again now.
   void poke();
 
+  keeper(const keeper&) = delete;
+  keeper& operator=(const keeper&) = delete;
+
  private:
   keeper();
   void run();
   struct impl;
-  impl* impl_;
+  impl* impl_;  // never freed: the keeper lives as long as the process
 };
 
 }  // namespace shmsem::detail::redis

@@ -72,7 +72,7 @@ std::unique_ptr<shm_file> shm_file::open(const std::string& name, bool create, m
 
 std::unique_ptr<shm_file> shm_file::open_read_only(const std::string& name, int& err) {
   err = 0;
-  const std::string p = std::string(kShmDir) + "/" + name;
+  const std::string p = shm_path(name);
   // Not shm_open: it would block on a FIFO planted at the name.
   const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
@@ -177,8 +177,11 @@ int shm_file::reopen_description() {
 }
 
 void shm_file::abandon() noexcept {
+  // If the anonymous mapping cannot be made, the shared one stays: the
+  // attachment is refused all the same, only its memory is not given back.
   if (base_ != nullptr)
-    ::mmap(base_, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    (void)::mmap(base_, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                 0);
   const int old = fd();
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd >= 0) {
@@ -242,7 +245,7 @@ int shm_read_prefix(const std::string& name, void* buf, std::size_t n, std::size
                     std::uint64_t& size) {
   got = 0;
   size = 0;
-  std::string p = std::string(kShmDir) + "/" + name;
+  std::string p = shm_path(name);
   int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return errno;
   struct ::stat st;
@@ -280,7 +283,7 @@ std::vector<std::string> shm_list(const std::string& prefix) {
 
 int shm_stat_name(const std::string& name, file_id& id) {
   struct ::stat st;
-  std::string p = std::string(kShmDir) + "/" + name;
+  std::string p = shm_path(name);
   if (::lstat(p.c_str(), &st) != 0) return errno;
   id.dev = st.st_dev;
   id.ino = st.st_ino;

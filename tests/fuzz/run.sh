@@ -21,13 +21,13 @@ FLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
        -fno-sanitize-recover=undefined -I"$ROOT/include" -I"$ROOT/src"
        -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSHMSEM_BUILDING_LIBRARY)
 
-# The library objects the attach path needs (not the service, bounded() or
-# metrics layers above it), instrumented for coverage (fuzzer-no-link).
-# Rebuilt only when a source or a header is newer than the object.
+# The whole library, instrumented for coverage (fuzzer-no-link): its parts
+# refer to each other (the C interface to the service layer, Semaphore to
+# the Redis backend), so a partial set does not link. Rebuilt only when a
+# source or a header is newer than the object.
 lib_objs=()
 pids=()
-for src in "$ROOT"/src/*.cpp "$ROOT"/src/sys/*.cpp; do
-  case $(basename "$src") in service.cpp | bounded.cpp | metrics.cpp) continue ;; esac
+for src in "$ROOT"/src/*.cpp "$ROOT"/src/sys/*.cpp "$ROOT"/src/redis/*.cpp; do
   obj="$OUT/obj/$(echo "${src#$ROOT/}" | tr / _).o"
   lib_objs+=("$obj")
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find "$ROOT/src" "$ROOT/include" -name '*.hpp' -newer "$obj" -print -quit)" ]; then
@@ -46,7 +46,7 @@ for t in "${targets[@]}"; do
     *) objs=("${lib_objs[@]}") ;;
   esac
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "$ROOT/tests/fuzz/$t.cpp" "${objs[@]}" \
-    -lspdlog -lfmt -pthread -o "$OUT/$t"
+    -lspdlog -lfmt -lhiredis -pthread -o "$OUT/$t"
   work=$(mktemp -d)
   cp -r "$ROOT/tests/fuzz/corpus/$t" "$work/corpus"
   mkdir -p "$work/artifacts"
