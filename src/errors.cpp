@@ -155,8 +155,8 @@ AcquisitionError::AcquisitionError(Reason reason, const std::string& what, std::
       reason_(reason),
       cause_(std::move(cause)) {}
 
-PermitNotHeldError::PermitNotHeldError(const std::string& what)
-    : Error(make_error_code(errc::not_held), what) {}
+PermitNotHeldError::PermitNotHeldError(const std::string& what, bool inherited)
+    : Error(make_error_code(errc::not_held), what), inherited_(inherited) {}
 
 ExtensionError::ExtensionError(const std::string& what)
     : Error(make_error_code(errc::not_held), what) {}

@@ -201,9 +201,10 @@ void Permit::release_slowly() {
   }
   observer_.reset();
   if (!held)
-    throw PermitNotHeldError("shmsem: permit " + std::to_string(id_) + " of '" + a->key +
-                             "' was not held at release: " + why.describe() +
-                             (why.other_process ? "" : "; for that period the bound was not held"));
+    throw PermitNotHeldError(
+        "shmsem: permit " + std::to_string(id_) + " of '" + a->key + "' was not held at release: " +
+            why.describe() + (why.other_process ? "" : "; for that period the bound was not held"),
+        why.other_process);
 }
 
 void Permit::release_quietly() noexcept {
@@ -213,8 +214,7 @@ void Permit::release_quietly() noexcept {
   } catch (const PermitNotHeldError& e) {
     // A permit inherited across fork() belongs to the parent: dropping the
     // child's copy is normal and not worth a warning.
-    if (std::string_view(e.what()).find("belongs to the parent") == std::string_view::npos)
-      detail::log().warn("{}", e.what());
+    if (!e.inherited()) detail::log().warn("{}", e.what());
   } catch (const std::exception& e) {
     detail::log().error("shmsem: releasing a permit failed: {}", e.what());
   }

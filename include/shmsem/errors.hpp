@@ -84,10 +84,19 @@ class SHMSEM_API AcquisitionError : public Error {
 };
 
 /// release() found that the seat was lost before it: expired, reaped or
-/// force-released. For that period the bound was not held.
+/// force-released, and for that period the bound was not held; or the
+/// permit is a copy inherited across fork() (inherited()).
 class SHMSEM_API PermitNotHeldError : public Error {
  public:
-  explicit PermitNotHeldError(const std::string& what);
+  explicit PermitNotHeldError(const std::string& what, bool inherited = false);
+  /// True when the permit was not this process's to release: a copy
+  /// inherited across fork(), whose seat stays with the parent. Dropping
+  /// such a copy is normal; any other PermitNotHeldError means the bound
+  /// was not held for a while.
+  bool inherited() const noexcept { return inherited_; }
+
+ private:
+  bool inherited_;
 };
 
 /// extend() found that the seat was already lost.

@@ -848,7 +848,7 @@ void release(Permit& p) {
                                              "it belongs to the parent process (permits are "
                                              "not inherited by fork)");
     abandon(std::move(l->sem));
-    throw PermitNotHeldError(msg);
+    throw PermitNotHeldError(msg, true);
   }
   std::unique_ptr<lease> owned(l);
   semaphore_state& s = *l->sem;

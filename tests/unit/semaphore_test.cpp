@@ -309,6 +309,7 @@ TEST(Semaphore, ForceReleaseMakesHoldersSeeTheLoss) {
   } catch (const PermitNotHeldError& e) {
     EXPECT_NE(std::string(e.what()).find("force-released"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(k.str()), std::string::npos) << e.what();
+    EXPECT_FALSE(e.inherited()) << "a lost seat is not a copy inherited across fork";
   }
   EXPECT_NO_THROW(b.release());  // already empty
   auto st = s.stats();
