@@ -168,7 +168,7 @@ inline void fast_bump(std::atomic<T>& a, U v) {
   // The slot is reserved for this thread: nobody else writes it.
   const std::uint64_t gen = state_gen(l.state.load(std::memory_order_relaxed)) + 1;
   const std::int64_t now = lease_clock();
-  const std::int64_t expires = ttl_ms > 0 ? now + ttl_ms * 1'000'000 : kNoExpiry;
+  const std::int64_t expires = expiry_of(now, ttl_ms);
   l.weight.store(n, std::memory_order_relaxed);
   l.acquired_ns.store(now, std::memory_order_relaxed);
   l.expires_ns.store(expires, std::memory_order_relaxed);

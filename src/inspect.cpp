@@ -299,7 +299,7 @@ Snapshot Semaphore::inspect(std::string_view key, const Options& options) {
   detail::validate_trusted_owners(options.trusted_owners);
   const std::string name = detail::key_to_name(key);
   const std::string k(key);
-  auto copy = detail::read_copy(name, std::string(sys::kShmDir) + "/" + name, &k);
+  auto copy = detail::read_copy(name, sys::shm_path(name), &k);
   return detail::inspection::snapshot(*copy->att, options);
 }
 
@@ -326,9 +326,7 @@ std::vector<SegmentUser> Semaphore::users(std::string_view key) {
 }
 
 std::vector<SegmentUser> Semaphore::all_users() {
-  return detail::users_of(
-      sys::open_files_under(std::string(sys::kShmDir) + "/" + std::string(detail::kNamePrefix)),
-      {});
+  return detail::users_of(sys::open_files_under(sys::shm_path(detail::kNamePrefix)), {});
 }
 
 bool Semaphore::name_still_points_here() const {

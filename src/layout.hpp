@@ -80,6 +80,7 @@
 
 #include <pthread.h>
 
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cstddef>
@@ -112,6 +113,13 @@ inline constexpr std::uint32_t kInitialThreads = 16;
 /// Index value meaning "none" in the 1-based links below.
 inline constexpr std::uint32_t kNil = 0;
 inline constexpr std::int64_t kNoExpiry = 0;
+
+/// The expires_ns of a lease granted at `now_ns` with a TTL of `ttl_ms`
+/// (none: kNoExpiry).
+[[gnu::always_inline]] constexpr std::int64_t expiry_of(std::int64_t now_ns,
+                                                        std::int64_t ttl_ms) noexcept {
+  return ttl_ms > 0 ? now_ns + ttl_ms * 1'000'000 : kNoExpiry;
+}
 
 enum init_state : std::uint32_t { kUninitialized = 0, kInitializing = 1, kReady = 2 };
 
@@ -198,9 +206,30 @@ inline constexpr std::uint64_t kInitLockByte = kLockBase;        // serializes a
 inline constexpr std::uint64_t kAttachLockByte = kLockBase + 1;  // shared by every attached process
 inline constexpr std::uint64_t kTokenBase = kLockBase + 64;      // + holder index: liveness token
 
+/// The upper bounds of the duration histograms' buckets, in ns; a last
+/// bucket above them is implicit. Shared counters are counted into these
+/// buckets, so the values are part of the format (format_word() folds them
+/// in). The public Histogram::kBounds states them in seconds.
+inline constexpr std::array<std::int64_t, 12> kHistogramBoundsNs = {
+    100'000,     1'000'000,     5'000'000,     10'000'000,     50'000'000,     100'000'000,
+    500'000'000, 1'000'000'000, 5'000'000'000, 10'000'000'000, 60'000'000'000, 300'000'000'000};
+
+constexpr bool public_bounds_match() {
+  if (Histogram::kBounds.size() != kHistogramBoundsNs.size()) return false;
+  for (std::size_t i = 0; i < kHistogramBoundsNs.size(); ++i) {
+    // Positive constants: +0.5 then truncation rounds to nearest
+    // (std::llround is not constexpr).
+    // NOLINTNEXTLINE(bugprone-incorrect-roundings)
+    if (static_cast<std::int64_t>(Histogram::kBounds[i] * 1e9 + 0.5) != kHistogramBoundsNs[i])
+      return false;
+  }
+  return true;
+}
+static_assert(public_bounds_match(), "Histogram::kBounds must state kHistogramBoundsNs in seconds");
+
 /// Histogram as stored: bucket counts (not cumulative) and the sum in ns.
 struct shared_histogram {
-  std::atomic<std::uint64_t> counts[Histogram::kBounds.size() + 1];
+  std::atomic<std::uint64_t> counts[kHistogramBoundsNs.size() + 1];
   std::atomic<std::uint64_t> sum_ns;
 };
 
@@ -336,7 +365,7 @@ struct alignas(kCacheLine) thread_record {
   std::atomic<std::uint64_t> acquired;  // leases granted on the fast path (none waited)
   std::atomic<std::uint64_t> hold_sum_ns;
   // Releases on the fast path by hold time (their sum is the release count).
-  std::atomic<std::uint64_t> hold_counts[Histogram::kBounds.size() + 1];
+  std::atomic<std::uint64_t> hold_counts[kHistogramBoundsNs.size() + 1];
 };
 
 /// One blocked acquire. Its owner sleeps on `seq`; whoever changes `state`
@@ -419,7 +448,7 @@ constexpr std::uint32_t format_word() {
   mix(kMaxThreads);
   mix(kMaxLeases);
   mix(kSeatBits);
-  mix(Histogram::kBounds.size());
+  for (std::int64_t bound : kHistogramBoundsNs) mix(static_cast<std::uint64_t>(bound));
   return static_cast<std::uint32_t>(h ^ (h >> 32));
 }
 

@@ -26,7 +26,7 @@ extend_result extend_lease(attachment& a, std::uint32_t slot, std::uint64_t gen,
     if (why) *why = l.describe();
     return extend_result::lost;
   }
-  const std::int64_t exp = now + ttl_ms * 1'000'000;
+  const std::int64_t exp = layout::expiry_of(now, ttl_ms);
   a.leases[slot].expires_ns.store(exp, std::memory_order_relaxed);
   a.lower_earliest_expiry(exp);
   lk.unlock();

@@ -104,10 +104,6 @@ errc errc_for(int err) {
   }
 }
 
-std::int64_t ms_to_ns(std::int64_t ms) {
-  return ms * 1'000'000;
-}
-
 // Pushes holder records [from, to) onto the free list, lowest index first
 // out. The caller holds the lock, or is alone with the segment.
 void link_free_holders(segment_header* h, holder_record* hs, std::uint32_t from, std::uint32_t to) {
@@ -346,7 +342,7 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
                                        bool fencing) {
   validate_key(key);
   const std::string name = key_to_name(key);
-  const std::string path = std::string(sys::kShmDir) + "/" + name;
+  const std::string path = sys::shm_path(name);
   std::call_once(atfork_once,
                  [] { ::pthread_atfork(atfork_prepare, atfork_parent, atfork_child); });
   const std::int64_t deadline =
@@ -558,7 +554,7 @@ bool attachment::remove_if_unused(std::string_view key) {
   auto file = sys::shm_file::open(name, false, 0600, err, created);
   if (!file) {
     if (err == ENOENT) return false;
-    throw_segment_errno(std::string(sys::kShmDir) + "/" + name, "cannot open", err);
+    throw_segment_errno(sys::shm_path(name), "cannot open", err);
   }
   struct ::stat st;
   if (file->stat(st) != 0 || !S_ISREG(st.st_mode)) return false;
@@ -1094,7 +1090,7 @@ std::uint32_t attachment::grant(std::uint32_t holder, int weight, std::int64_t t
   own_slot(slot, holder);
   lease_slot& l = leases[slot];
   gen = state_gen(l.state.load(std::memory_order_relaxed)) + 1;
-  const std::int64_t expires = ttl_ms > 0 ? now + ms_to_ns(ttl_ms) : kNoExpiry;
+  const std::int64_t expires = expiry_of(now, ttl_ms);
   l.weight.store(weight, std::memory_order_relaxed);
   l.acquired_ns.store(now, std::memory_order_relaxed);
   l.expires_ns.store(expires, std::memory_order_relaxed);

@@ -432,24 +432,10 @@ inline std::int64_t lease_clock() {
 /// Builds a SegmentError naming `path` from an errno.
 [[noreturn]] void throw_segment_errno(const std::string& path, const std::string& what, int err);
 
-/// The bucket bounds of Histogram in nanoseconds, so the hot path compares
-/// integers. (A function, not an immediately invoked lambda: cppcheck 2.10
-/// cannot parse that.)
-constexpr std::array<std::int64_t, Histogram::kBounds.size()> histogram_bounds_ns() {
-  std::array<std::int64_t, Histogram::kBounds.size()> out{};
-  // Positive constants: +0.5 then truncation rounds to nearest, and
-  // std::llround is not constexpr.
-  for (std::size_t i = 0; i < out.size(); ++i)
-    // NOLINTNEXTLINE(bugprone-incorrect-roundings)
-    out[i] = static_cast<std::int64_t>(Histogram::kBounds[i] * 1e9 + 0.5);
-  return out;
-}
-inline constexpr auto kHistogramBoundsNs = histogram_bounds_ns();
-
 /// The bucket of Histogram that a duration of `ns` (>= 0) falls in.
 inline std::size_t histogram_bucket(std::int64_t ns) {
   std::size_t b = 0;
-  while (b < kHistogramBoundsNs.size() && ns > kHistogramBoundsNs[b]) ++b;
+  while (b < layout::kHistogramBoundsNs.size() && ns > layout::kHistogramBoundsNs[b]) ++b;
   return b;
 }
 

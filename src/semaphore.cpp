@@ -232,7 +232,7 @@ bool Semaphore::remove(std::string_view key) {
   const int err = sys::shm_remove(name);
   if (err == 0) return true;
   if (err == ENOENT) return false;
-  detail::throw_segment_errno(std::string(sys::kShmDir) + "/" + name, "cannot remove", err);
+  detail::throw_segment_errno(sys::shm_path(name), "cannot remove", err);
 }
 
 bool Semaphore::remove_if_unused(std::string_view key) {
@@ -277,7 +277,7 @@ std::string Semaphore::segment_path(std::string_view key) {
   if (detail::redis::is_redis_key(key))
     throw std::invalid_argument("shmsem: a Redis key has no segment file");
   detail::validate_key(key);
-  return std::string(sys::kShmDir) + "/" + detail::key_to_name(key);
+  return sys::shm_path(detail::key_to_name(key));
 }
 
 std::string_view Semaphore::key() const noexcept {

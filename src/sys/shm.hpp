@@ -11,12 +11,19 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shmsem::sys {
 
 /// Where POSIX shared memory lives on Linux.
 inline constexpr const char* kShmDir = "/dev/shm";
+
+/// The path of the /dev/shm entry `name` (a segment's name, or a prefix of
+/// names): the one place a file name in /dev/shm is built.
+inline std::string shm_path(std::string_view name) {
+  return std::string(kShmDir) + "/" + std::string(name);
+}
 
 /// An open segment file and (once map() succeeded) its shared mapping.
 class shm_file {

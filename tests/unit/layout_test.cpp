@@ -106,6 +106,18 @@ TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
 }
 
+// The histograms' bucket bounds are counted into shared counters: changing
+// one changes what every segment's counts mean, and the format word.
+TEST(Layout, HistogramBoundsArePinned) {
+  const std::vector<std::int64_t> ns(kHistogramBoundsNs.begin(), kHistogramBoundsNs.end());
+  EXPECT_EQ(ns, (std::vector<std::int64_t>{100'000, 1'000'000, 5'000'000, 10'000'000, 50'000'000,
+                                           100'000'000, 500'000'000, 1'000'000'000, 5'000'000'000,
+                                           10'000'000'000, 60'000'000'000, 300'000'000'000}));
+  ASSERT_EQ(Histogram::kBounds.size(), kHistogramBoundsNs.size());
+  for (std::size_t i = 0; i < kHistogramBoundsNs.size(); ++i)
+    EXPECT_DOUBLE_EQ(Histogram::kBounds[i] * 1e9, static_cast<double>(kHistogramBoundsNs[i]));
+}
+
 TEST(Layout, GateWordHoldsSeatsCapacityAndFlags) {
   const std::uint64_t g = make_gate(7, 1'000'000, kGateQueued);
   EXPECT_EQ(gate_used(g), 7);
