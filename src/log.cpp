@@ -7,8 +7,10 @@
 
 namespace shmsem {
 namespace {
-std::mutex logger_mutex;
-std::shared_ptr<spdlog::logger> current;
+// Never destroyed: the library's detached threads (the lifeline and Redis
+// keepers) may log while the process runs its exit handlers.
+std::mutex& logger_mutex = *new std::mutex;
+std::shared_ptr<spdlog::logger>& current = *new std::shared_ptr<spdlog::logger>;
 
 std::shared_ptr<spdlog::logger> make_default() {
   // A logger the user registered under our name wins.
