@@ -19,7 +19,8 @@ command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (apt-get install cl
 mkdir -p "$OUT/obj"
 FLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
        -fno-sanitize-recover=undefined -I"$ROOT/include" -I"$ROOT/src"
-       -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSHMSEM_BUILDING_LIBRARY)
+       -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSHMSEM_BUILDING_LIBRARY
+       $(pkg-config --cflags hiredis))
 
 # The whole library, instrumented for coverage (fuzzer-no-link): its parts
 # refer to each other (the C interface to the service layer, Semaphore to
@@ -46,7 +47,7 @@ for t in "${targets[@]}"; do
     *) objs=("${lib_objs[@]}") ;;
   esac
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "$ROOT/tests/fuzz/$t.cpp" "${objs[@]}" \
-    -lspdlog -lfmt -lhiredis -pthread -o "$OUT/$t"
+    -lspdlog -lfmt $(pkg-config --libs hiredis) -pthread -o "$OUT/$t"
   work=$(mktemp -d)
   cp -r "$ROOT/tests/fuzz/corpus/$t" "$work/corpus"
   mkdir -p "$work/artifacts"
