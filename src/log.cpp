@@ -7,10 +7,17 @@
 
 namespace shmsem {
 namespace {
-// Never destroyed: the library's detached threads (the lifeline and Redis
-// keepers) may log while the process runs its exit handlers.
-std::mutex& logger_mutex = *new std::mutex;
-std::shared_ptr<spdlog::logger>& current = *new std::shared_ptr<spdlog::logger>;
+struct Current {
+  std::mutex mutex;
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+Current& current() {
+  // Never destroyed: the library's detached threads (the lifeline and Redis
+  // keepers) may log while the process runs its exit handlers.
+  static Current* c = new Current;
+  return *c;
+}
 
 std::shared_ptr<spdlog::logger> make_default() {
   // A logger the user registered under our name wins.
@@ -23,14 +30,16 @@ std::shared_ptr<spdlog::logger> make_default() {
 }  // namespace
 
 std::shared_ptr<spdlog::logger> logger() {
-  std::lock_guard g(logger_mutex);
-  if (!current) current = make_default();
-  return current;
+  Current& c = current();
+  std::lock_guard g(c.mutex);
+  if (!c.logger) c.logger = make_default();
+  return c.logger;
 }
 
 void set_logger(std::shared_ptr<spdlog::logger> l) {
-  std::lock_guard g(logger_mutex);
-  current = l ? std::move(l) : make_default();
+  Current& c = current();
+  std::lock_guard g(c.mutex);
+  c.logger = l ? std::move(l) : make_default();
 }
 
 namespace detail {
