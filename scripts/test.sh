@@ -48,6 +48,10 @@ step "thread tests (TSan)"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan -j"$JOBS" --output-on-failure --timeout 600 -L thread
 
+# Each fuzzer runs 30 s from its seed corpus here: a regression check that
+# keeps the whole of `make test` inside CI's 40 minutes on two cores. Longer
+# runs: FUZZ_SECONDS=600 tests/fuzz/run.sh.
+export FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 for extra in scripts/static-check.sh tests/fuzz/run.sh tests/package/run.sh; do
   step "$extra"
   # A step that cannot run is a failure, not a step left out.
