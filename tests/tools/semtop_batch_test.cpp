@@ -125,6 +125,18 @@ TEST(SemtopBatch, PrometheusPrintsTheExposition) {
       << r.out;
 }
 
+TEST(SemtopBatch, BadOptionsExitTwoAndNameTheOption) {
+  const auto unknown = semtop({"--once", "--no-such-option"});
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.err.find("--no-such-option"), std::string::npos) << unknown.err;
+  const auto bad_value = semtop({"--once", "--sort", "sideways"});
+  EXPECT_EQ(bad_value.status, 2);
+  EXPECT_NE(bad_value.err.find("sideways"), std::string::npos) << bad_value.err;
+  const auto help = semtop({"--help"});
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("--sort"), std::string::npos) << help.out;
+}
+
 TEST(SemtopBatch, WithoutATerminalTheInteractiveModeFailsCleanly) {
   const auto r = semtop({});
   EXPECT_EQ(r.status, 1);

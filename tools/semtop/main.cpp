@@ -229,7 +229,12 @@ int main(int argc, char** argv) {
                  "Also show the semaphores of this Redis server (redis://host:port or "
                  "redis+unix://PATH; repeat for more)");
   app.add_flag("--no-local", s.no_local, "Do not show this host's semaphores (with --redis)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors exit 2, as shmsem's do; --help and --version exit 0.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   semtop::model m;
   m.set_filter(s.filter);
