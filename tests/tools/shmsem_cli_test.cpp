@@ -410,6 +410,9 @@ TEST(ShmsemRun, BadDurationIsAUsageError) {
   unique_key key;
   EXPECT_EQ(run_tool(run_args(key, {"-p", "1", "-w", "soon"}, {"true"})).status, 2);
   EXPECT_EQ(run_tool(run_args(key, {"-p", "1", "--auto-renew"}, {"true"})).status, 2);
+  const auto both = run_tool(run_args(key, {"-p", "1", "--nonblock", "-w", "1s"}, {"true"}));
+  EXPECT_EQ(both.status, 2);
+  EXPECT_NE(both.err.find("--nonblock"), std::string::npos) << both.err;
 }
 
 // -------------------------------------------------------------- inspect

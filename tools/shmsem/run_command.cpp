@@ -605,8 +605,11 @@ void add_run_command(CLI::App& app, int& result) {
       ->check(CLI::Range(1, 1'000'000));
   cmd->add_option("-n,--weight", o->weight, "Seats to take (default 1)")
       ->check(CLI::Range(1, 1'000'000));
-  cmd->add_option("-w,--wait", o->wait, "Wait at most this long (500ms, 10s, 5m, or seconds)");
-  cmd->add_flag("--nonblock", o->nonblock, "Do not wait: fail at once if no seat is free");
+  auto* wait =
+      cmd->add_option("-w,--wait", o->wait, "Wait at most this long (500ms, 10s, 5m, or seconds)");
+  // Both at once would leave one ignored without a word: a usage error.
+  cmd->add_flag("--nonblock", o->nonblock, "Do not wait: fail at once if no seat is free")
+      ->excludes(wait);
   cmd->add_option("--ttl", o->ttl, "Lease TTL: the seat lapses after this long unless renewed");
   cmd->add_flag("--auto-renew", o->auto_renew, "Keep renewing the TTL while COMMAND runs");
   cmd->add_flag("--skip", o->skip, "When no seat can be had, exit 0 without running COMMAND");
