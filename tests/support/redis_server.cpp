@@ -245,8 +245,12 @@ std::string redis_server::server_url() const {
 
 redis_cluster::redis_cluster() {
   for (int i = 0; i < 3; ++i)
-    nodes_.push_back(
-        std::make_unique<redis_server>(redis_options{.tcp = true, .cluster_node = true}));
+    nodes_.push_back(std::make_unique<redis_server>([] {
+      redis_options o;
+      o.tcp = true;
+      o.cluster_node = true;
+      return o;
+    }()));
   std::vector<std::string> create = {"redis-cli", "--cluster", "create"};
   for (auto& n : nodes_) create.push_back("127.0.0.1:" + std::to_string(n->port()));
   create.push_back("--cluster-yes");
