@@ -14,7 +14,7 @@ if [ ! -f "$DB/compile_commands.json" ]; then
     -DSHMSEM_INSTALL=OFF >/dev/null
 fi
 TIDY=$(command -v clang-tidy-14 || command -v clang-tidy)
-mapfile -t files < <(ls src/*.cpp src/sys/*.cpp)
+mapfile -t files < <(ls src/*.cpp src/sys/*.cpp src/redis/*.cpp)
 
 LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT

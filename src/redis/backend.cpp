@@ -28,7 +28,9 @@ namespace shmsem::detail::redis {
 struct access {
   static Permit make(lease* l, int n, std::int64_t ttl_ms, std::int64_t granted_ns) {
     Permit p;
-    p.att_ = reinterpret_cast<detail::attachment*>(reinterpret_cast<std::uintptr_t>(l) | 1);
+    // A tagged pointer: the low bit tells Permit that att_ is a Redis lease.
+    p.att_ = reinterpret_cast<detail::attachment*>(  // NOLINT(performance-no-int-to-ptr)
+        reinterpret_cast<std::uintptr_t>(l) | 1);
     p.id_ = l->id;
     p.fence_ = l->id;
     p.weight_ = n;
@@ -330,7 +332,7 @@ AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const st
   msg += r == Reason::exceeds_capacity ? "more than the capacity of " + std::to_string(cap)
                                        : kWhat[static_cast<int>(r)];
   if (!detail.empty()) msg += ": " + detail;
-  return AcquisitionError(r, msg, cause);
+  return AcquisitionError(r, msg, std::move(cause));
 }
 
 // The acquisition failed for a reason the caller should see; tells the observer.
@@ -348,7 +350,7 @@ AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const st
       o.on_acquire(e);
     });
   }
-  throw acquisition_error(s, r, n, detail, cause);
+  throw acquisition_error(s, r, n, detail, std::move(cause));
 }
 
 Permit granted(const handle& h, const state_ptr& s, std::uint64_t id, int n, std::int64_t ttl_ms,
@@ -787,7 +789,7 @@ bool wait_idle(handle& h, std::chrono::milliseconds timeout) {
       ms = std::to_string(s.session_ms);
     }
     std::int64_t sent_at = 0;
-    const reply r = run(s, scripts::idle(), {sid, ms, std::to_string(delta)}, &sent_at);
+    reply r = run(s, scripts::idle(), {sid, ms, std::to_string(delta)}, &sent_at);
     if (r.at(0).str() == "ok") touched(s, sent_at);
     return r;
   };

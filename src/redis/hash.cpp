@@ -23,7 +23,8 @@ std::string sha1_hex(std::string_view data) {
   for (std::size_t off = 0; off < msg.size(); off += 64) {
     std::uint32_t w[80];
     for (int i = 0; i < 16; ++i) {
-      const auto* p = reinterpret_cast<const unsigned char*>(msg.data() + off + i * 4);
+      const auto* p = reinterpret_cast<const unsigned char*>(msg.data() + off +
+                                                             static_cast<std::size_t>(i) * 4);
       w[i] = (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) |
              (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
     }

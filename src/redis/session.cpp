@@ -54,7 +54,7 @@ std::string host_name() {
 
 std::string describe_loss(const std::string& why) {
   const auto bar = why.find('|');
-  const std::string kind = why.substr(0, bar);
+  std::string kind = why.substr(0, bar);
   if (kind == "expired") return "its TTL ran out";
   if (kind == "reaped")
     return "its session lapsed (the holder was dead, stopped or cut off from Redis for longer "
