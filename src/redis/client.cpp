@@ -1,7 +1,6 @@
 #include "redis/client.hpp"
 
 #include <pthread.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +11,7 @@
 
 #include "redis/hash.hpp"
 #include "sys/clock.hpp"
+#include "sys/proc.hpp"
 
 namespace shmsem::detail::redis {
 
@@ -85,7 +85,7 @@ std::string random_id(int hex_digits) {
   if (!rng) rng = std::make_unique<std::mt19937_64>();
   if (seeded != fork_generation()) {
     std::random_device dev;
-    rng->seed((std::uint64_t{dev()} << 32) ^ dev() ^ static_cast<std::uint64_t>(::getpid()));
+    rng->seed((std::uint64_t{dev()} << 32) ^ dev() ^ static_cast<std::uint64_t>(sys::self_pid()));
     seeded = fork_generation();
   }
   static constexpr char kHex[] = "0123456789abcdef";

@@ -1,7 +1,6 @@
 #include "redis/connection.hpp"
 
 #include <hiredis.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <cstdlib>
 
 #include "sys/clock.hpp"
+#include "sys/socket.hpp"
 
 namespace shmsem::detail::redis {
 
@@ -193,7 +193,7 @@ void connection::send_queued(std::int64_t deadline_ns) {
   set_deadline(deadline_ns);
   std::size_t done = 0;
   while (done < out_.size()) {
-    const ssize_t n = ::send(c_->fd, out_.data() + done, out_.size() - done, MSG_NOSIGNAL);
+    const ssize_t n = sys::send_nosignal(c_->fd, out_.data() + done, out_.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;

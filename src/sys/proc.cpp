@@ -62,4 +62,14 @@ std::string process_command(pid_t pid) {
   return s;
 }
 
+pid_t self_pid() noexcept {
+  return ::getpid();
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
 }  // namespace shmsem::sys

@@ -1,4 +1,5 @@
-// sys/proc.hpp: what /proc says about processes. Used to label holders
+// sys/proc.hpp: what /proc and the kernel say about processes (this one's
+// pid and host name included). Used to label holders
 // (pid, command, PID namespace); liveness itself comes from OFD lock
 // tokens, not from PIDs, so PID reuse and zombies cannot fool it.
 #pragma once
@@ -27,5 +28,11 @@ std::uint64_t self_pid_ns();
 
 /// /proc/<pid>/comm, or "" if it cannot be read.
 std::string process_command(pid_t pid);
+
+/// getpid(): this process's pid in its own PID namespace.
+pid_t self_pid() noexcept;
+
+/// gethostname(), or "unknown" if it fails.
+std::string host_name();
 
 }  // namespace shmsem::sys
