@@ -58,7 +58,10 @@ def test_a_handler_that_does_not_raise_leaves_the_wait_alone(key):
 import os, signal, sys, threading, shmsem
 s = shmsem.Semaphore(sys.argv[1], permits=1)
 hits = []
-signal.signal(signal.SIGUSR1, lambda *a: hits.append(1))
+def on_usr1(*args):
+    hits.append(1)
+    print("handled", flush=True)
+signal.signal(signal.SIGUSR1, on_usr1)
 print("waiting", flush=True)
 p = s.acquire(timeout=60)
 print("acquired hits=%d" % len(hits), flush=True)
@@ -70,7 +73,8 @@ p.release()
         assert child.stdout.readline().strip() == "waiting"
         wait_until(lambda: s.waiters == 1, what="the child to queue")
         child.send_signal(signal.SIGUSR1)
-        time.sleep(0.2)  # the handler runs within a tick; the child must still wait
+        # The handler's own line says it has run; the request must still be queued.
+        assert child.stdout.readline().strip() == "handled"
         assert s.waiters == 1
         held.release()
         assert child.stdout.readline().strip() == "acquired hits=1"
@@ -79,3 +83,4 @@ p.release()
         if child.poll() is None:
             child.kill()
     assert s.used == 0
+    assert s.stats().cancelled == 0  # the handler never withdrew the request
