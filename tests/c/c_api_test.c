@@ -212,7 +212,7 @@ static void ttl_extend_and_lost_seats(void) {
   CHECK_RC(shmsem_extend(p, 30), SHMSEM_OK); /* shortened: lapses in 30 ms */
   CHECK_RC(shmsem_extend(p, 0), SHMSEM_EINVAL);
   const struct timespec nap = {0, 150 * 1000 * 1000};
-  nanosleep(&nap, NULL);
+  nanosleep(&nap, NULL); /* the lapse is the behaviour under test */
   CHECK_RC(shmsem_is_held(p), 0);
   CHECK_RC(shmsem_extend(p, 1000), SHMSEM_EEXTEND);
   CHECK(strstr(shmsem_last_error(), key("ttl")) != NULL);

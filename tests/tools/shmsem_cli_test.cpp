@@ -174,6 +174,8 @@ std::string total_terms(running_tool& t, const std::string& stop, bool read_firs
   if (read_first) {
     EXPECT_EQ(t.read_line(), "TERM 1");
   }
+  // A negative check: no second TERM may come, and nothing marks the
+  // wrapper's decision, so this outwaits its window several times over.
   std::this_thread::sleep_for(1500ms);
   std::ofstream{stop};
   std::string line;
@@ -397,6 +399,8 @@ TEST(ShmsemRun, AnExpiredTtlIsReportedAsALostSeat) {
 
 TEST(ShmsemRun, AutoRenewKeepsAShortTtlAlive) {
   unique_key key;
+  // The command's `sleep 1` outlasts five TTLs: that passage of time is the
+  // behaviour under test, and only renewal keeps the seat through it.
   running_tool t(run_args(key, {"-p", "1", "--ttl", "200ms", "--auto-renew"},
                           {"sh", "-c", "echo ready; sleep 1; echo done"}));
   ASSERT_EQ(t.read_line(), "ready");
