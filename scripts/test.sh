@@ -26,15 +26,8 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSHMSEM_SANITIZE=address,unde
 cmake --build build-asan -j"$JOBS"
 
 step "test suite (ASan + UBSan)"
-# Two tests hang in this build only, and run in the normal build above:
-# Shutdown.WaitingAcquiresEndWithReasonShutdown (its forked child's waiters,
-# shared memory and Redis, never queue: a deadlock after fork() under
-# ASan's runtime is suspected, not yet found) and
-# LockSafety.FullDevShmDuringAHandoffNeitherHangsNorLosesTheWaiters (about
-# one run in three, a waiter stays past its budget). Both are open work.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -j"$JOBS" --output-on-failure --timeout 900 -LE 'package|bench' \
-  -E 'Shutdown\.WaitingAcquiresEndWithReasonShutdown|LockSafety\.FullDevShmDuringAHandoff'
+  ctest --test-dir build-asan -j"$JOBS" --output-on-failure --timeout 900 -LE 'package|bench'
 
 step "build (ThreadSanitizer)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSHMSEM_SANITIZE=thread \

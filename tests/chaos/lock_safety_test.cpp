@@ -94,13 +94,21 @@ TEST(LockSafety, FullDevShmDuringAHandoffNeitherHangsNorLosesTheWaiters) {
     // Threads that each reserve what is left of the lease table (a
     // reservation that cannot grow the table just stops), and stay alive
     // with their reserves.
-    std::latch done(1);
+    constexpr int kReservers = 12;
+    std::latch reserved(kReservers), done(1);
     std::vector<std::thread> reservers;
-    for (int i = 0; i < 12; ++i)
+    for (int i = 0; i < kReservers; ++i)
       reservers.emplace_back([&] {
         EXPECT_FALSE(sem.try_acquire().has_value());
+        reserved.count_down();
         done.wait();
       });
+    // The waiters are forked once every reserver sleeps: a fork() while one
+    // of them allocates (its failed reservation builds an error) leaves a
+    // sanitizer allocator lock held for ever in the child (GCC 12's ASan
+    // does not lock its allocator around fork(); glibc's malloc does), and
+    // that child then hangs holding the segment lock.
+    reserved.wait();
     queued_waiter w1(key, 30s);
     EXPECT_EQ(w1.up.receive(), 'q');
     EXPECT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));

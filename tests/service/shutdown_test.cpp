@@ -102,10 +102,14 @@ TEST(Shutdown, WorkThatFinishesInTimeReleasesThroughItsScope) {
 
 TEST(Shutdown, WaitingAcquiresEndWithReasonShutdown) {
   unique_key key;
-  Semaphore sem = Semaphore::open(key, 1);
-  Permit held = sem.acquire();
   pipe_channel to_parent, to_child;
+  // The child is forked before this process opens the semaphore, while it
+  // has no thread but this one: opening starts the library's background
+  // threads, and a fork() while one of them is still starting (allocating)
+  // leaves a sanitizer allocator lock held for ever in the child (GCC 12's
+  // ASan does not lock its allocator around fork(); glibc's malloc does).
   child_process child([&] {
+    to_child.receive();  // the parent holds the only seat now
     std::atomic<int> result_acquire{-1}, result_bounded{-1}, ran{0};
     std::thread waiter([&] {
       try {
@@ -142,6 +146,9 @@ TEST(Shutdown, WaitingAcquiresEndWithReasonShutdown) {
     }
     return ran == 0 ? 0 : 34;
   });
+  Semaphore sem = Semaphore::open(key, 1);
+  Permit held = sem.acquire();
+  to_child.send();
   EXPECT_TRUE(eventually([&] { return sem.waiters() == 2; }, 20s)) << sem.waiters();
   to_child.send();
   EXPECT_EQ(child.wait(), 0);
