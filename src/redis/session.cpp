@@ -2,8 +2,6 @@
 
 #include <poll.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,6 +11,8 @@
 #include "log.hpp"
 #include "redis/scripts.hpp"
 #include "sys/clock.hpp"
+#include "sys/proc.hpp"
+#include "sys/socket.hpp"
 
 namespace shmsem::detail {
 extern std::atomic<bool> process_shut_down;
@@ -47,9 +47,7 @@ std::int64_t ms_ns(std::int64_t ms) {
 
 std::string host_name() {
   if (const char* h = std::getenv("SHMSEM_HOST"); h && *h) return h;
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
+  return sys::host_name();
 }
 
 std::string describe_loss(const std::string& why) {
@@ -75,7 +73,7 @@ semaphore_state::semaphore_state(std::shared_ptr<client> c, url u)
       channel(meta + ":ev:" + sid),
       idle_channel(meta + ":ev-idle"),
       host(host_name()),
-      pid(::getpid()),
+      pid(sys::self_pid()),
       fork_gen(fork_generation()) {}
 
 semaphore_state::~semaphore_state() = default;
@@ -208,7 +206,7 @@ keeper& keeper::get() {
 }
 
 keeper::keeper() : impl_(new impl) {
-  impl_->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  impl_->efd = sys::event_open();
   std::thread([this] { run(); }).detach();
 }
 
@@ -224,8 +222,7 @@ void keeper::watch(const std::shared_ptr<semaphore_state>& s) {
 }
 
 void keeper::poke() {
-  const std::uint64_t one = 1;
-  [[maybe_unused]] auto r = ::write(impl_->efd, &one, sizeof one);
+  sys::event_poke(impl_->efd);
 }
 
 std::int64_t keeper::impl::due(semaphore_state& s, const schedule& sc, std::int64_t now) {
@@ -600,12 +597,9 @@ void keeper::run() {
     if (wake_at != sys::kNever)
       timeout_ms = static_cast<int>(
           std::clamp<std::int64_t>((wake_at - now + 999'999) / 1'000'000, 0, 60'000));
-    const int n = ::poll(fds.data(), fds.size(), timeout_ms);
+    const int n = sys::poll_fds(fds.data(), fds.size(), timeout_ms);
     if (n <= 0) continue;
-    if (fds[0].revents) {
-      std::uint64_t v;
-      [[maybe_unused]] auto r = ::read(k.efd, &v, sizeof v);
-    }
+    if (fds[0].revents) sys::event_drain(k.efd);
     for (std::size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents) k.read_subscriber(*owners[i]);
   }
