@@ -1,11 +1,14 @@
-// fault_util.hpp: checks shared by the fault tests: the stats identity and
-// a structural validation of the segment file as it is on disk.
+// fault_util.hpp: checks shared by the fault tests (the stats identity, a
+// structural validation of the segment file as it is on disk) and the
+// private, small, full /dev/shm of the tests of a full file system.
 #pragma once
 
 #include <shmsem/shmsem.hpp>
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,6 +83,33 @@ inline ::testing::AssertionResult only_survivor_holds(Semaphore& sem, const Perm
     return ::testing::AssertionFailure() << "used() = " << sem.used() << " with every seat taken";
   rest->release();
   return ::testing::AssertionSuccess();
+}
+
+/// Makes /dev/shm a tmpfs of `size` in a new mount namespace (of this
+/// process: call it in a child); false, with the reason in `why`, if the
+/// kernel refuses.
+inline bool private_small_dev_shm(const char* size, std::string& why) {
+  if (::unshare(CLONE_NEWNS) != 0) {
+    why = std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
+    return false;
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, (std::string("mode=1777,size=") + size).c_str()) !=
+          0) {
+    why = std::string("mount tmpfs on /dev/shm: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+/// Fills the file system of `path`: a file there takes every free byte.
+inline void fill_file_system(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  off_t off = 0;
+  for (off_t chunk = 1 << 20; chunk >= 4096; chunk /= 2)
+    while (::fallocate(fd, 0, off, chunk) == 0) off += chunk;
+  ::close(fd);
 }
 
 }  // namespace shmsem::test

@@ -11,9 +11,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,31 +31,6 @@ namespace {
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
 constexpr int kSkipped = 77;
-
-// Makes /dev/shm a tmpfs of `size` in a new mount namespace; false if refused.
-bool private_small_dev_shm(const char* size, std::string& why) {
-  if (::unshare(CLONE_NEWNS) != 0) {
-    why = std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
-    return false;
-  }
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, (std::string("mode=1777,size=") + size).c_str()) !=
-          0) {
-    why = std::string("mount tmpfs on /dev/shm: ") + std::strerror(errno);
-    return false;
-  }
-  return true;
-}
-
-// Takes every free byte of the file system.
-void fill(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
-  ASSERT_GE(fd, 0);
-  off_t off = 0;
-  for (off_t chunk = 1 << 20; chunk >= 4096; chunk /= 2)
-    while (::fallocate(fd, 0, off, chunk) == 0) off += chunk;
-  ::close(fd);
-}
 
 // A queued waiter in another process: reports 'q' once it is about to wait,
 // then 'g' when granted (and holds until told), 't' when its budget ran out.
@@ -82,7 +55,7 @@ struct queued_waiter {
 TEST(LockSafety, FullDevShmDuringAHandoffNeitherHangsNorLosesTheWaiters) {
   test::child_process child([] {
     std::string why;
-    if (!private_small_dev_shm("256k", why)) {
+    if (!test::private_small_dev_shm("256k", why)) {
       std::fprintf(stderr, "skipped: %s\n", why.c_str());
       return kSkipped;
     }
@@ -90,7 +63,7 @@ TEST(LockSafety, FullDevShmDuringAHandoffNeitherHangsNorLosesTheWaiters) {
     Semaphore sem = Semaphore::open(key, 2);
     sem.acquire().release();       // this thread now acquires without the lock
     Permit both = sem.acquire(2);  // lock-free, from its reserve of slots
-    fill("/dev/shm/filler");
+    test::fill_file_system("/dev/shm/filler");
     // Threads that each reserve what is left of the lease table (a
     // reservation that cannot grow the table just stops), and stay alive
     // with their reserves.

@@ -7,8 +7,6 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <string>
@@ -21,41 +19,16 @@ namespace {
 
 constexpr int kSkipped = 77;
 
-// Makes /dev/shm a tmpfs of `size` in a new mount namespace; false if refused.
-bool private_small_dev_shm(const char* size, std::string& why) {
-  if (::unshare(CLONE_NEWNS) != 0) {
-    why = std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
-    return false;
-  }
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-      ::mount("tmpfs", "/dev/shm", "tmpfs", 0, (std::string("mode=1777,size=") + size).c_str()) !=
-          0) {
-    why = std::string("mount tmpfs on /dev/shm: ") + std::strerror(errno);
-    return false;
-  }
-  return true;
-}
-
-// Fills the file system: a file that takes every free byte.
-void fill(const std::string& path) {
-  int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
-  ASSERT_GE(fd, 0);
-  off_t off = 0;
-  for (off_t chunk = 1 << 20; chunk >= 4096; chunk /= 2)
-    while (::fallocate(fd, 0, off, chunk) == 0) off += chunk;
-  ::close(fd);
-}
-
 TEST(ShmFull, CreateAndGrowFailWithNoSpaceAndExistingSegmentsKeepWorking) {
   test::child_process child([] {
     std::string why;
-    if (!private_small_dev_shm("256k", why)) {
+    if (!test::private_small_dev_shm("256k", why)) {
       std::fprintf(stderr, "skipped: %s\n", why.c_str());
       return kSkipped;
     }
     Semaphore old_sem = Semaphore::open("fault.full.old", 2);
     Permit held = old_sem.acquire();
-    fill("/dev/shm/filler");
+    test::fill_file_system("/dev/shm/filler");
 
     // A new semaphore cannot be created.
     try {
