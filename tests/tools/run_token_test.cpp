@@ -19,19 +19,11 @@ namespace {
 using namespace std::chrono_literals;
 using shmsem::Semaphore;
 using shmsem::test::eventually;
+using shmsem::test::run_args;
 using shmsem::test::run_tool;
 using shmsem::test::running_tool;
 using shmsem::test::tool_result;
 using shmsem::test::unique_key;
-
-std::vector<std::string> run_args(const unique_key& key, std::vector<std::string> extra,
-                                  std::vector<std::string> command) {
-  std::vector<std::string> a = {SHMSEM_BIN, "run", key.str()};
-  a.insert(a.end(), extra.begin(), extra.end());
-  a.push_back("--");
-  a.insert(a.end(), command.begin(), command.end());
-  return a;
-}
 
 // Gone, or a zombie (whose descriptors are closed already).
 bool gone(pid_t pid) {

@@ -31,26 +31,14 @@ using shmsem::test::asleep_in_futex;
 using shmsem::test::child_process;
 using shmsem::test::eventually;
 using shmsem::test::pipe_channel;
+using shmsem::test::run_args;
 using shmsem::test::run_tool;
 using shmsem::test::running_tool;
 using shmsem::test::seat_holder;
+using shmsem::test::shmsem_cli;
 using shmsem::test::tool_result;
 using shmsem::test::unique_key;
 using shmsem::test::write_junk_segment;
-
-tool_result shmsem_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), SHMSEM_BIN);
-  return run_tool(args);
-}
-
-std::vector<std::string> run_args(const unique_key& key, std::vector<std::string> extra,
-                                  std::vector<std::string> command) {
-  std::vector<std::string> a = {SHMSEM_BIN, "run", key.str()};
-  a.insert(a.end(), extra.begin(), extra.end());
-  a.push_back("--");
-  a.insert(a.end(), command.begin(), command.end());
-  return a;
-}
 
 // A scratch directory removed with its contents at the end of the test.
 struct scratch_dir {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shmsem::test {
@@ -88,5 +89,23 @@ class tmux_session {
   tool_result tmux(std::vector<std::string> args) const;
   std::string socket_;
 };
+
+#ifdef SHMSEM_BIN
+/// Runs the shmsem tool of this build with `args`.
+inline tool_result shmsem_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), SHMSEM_BIN);
+  return run_tool(args);
+}
+
+/// The argv of `shmsem run KEY EXTRA... -- COMMAND...`.
+inline std::vector<std::string> run_args(std::string_view key, std::vector<std::string> extra,
+                                         std::vector<std::string> command) {
+  std::vector<std::string> a = {SHMSEM_BIN, "run", std::string(key)};
+  a.insert(a.end(), extra.begin(), extra.end());
+  a.push_back("--");
+  a.insert(a.end(), command.begin(), command.end());
+  return a;
+}
+#endif
 
 }  // namespace shmsem::test
