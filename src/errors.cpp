@@ -1,3 +1,6 @@
+// errors.cpp: what the library's errors and outcomes are called: the shmsem
+// error category, the exception types and the names of the public enums.
+
 #include <shmsem/errors.hpp>
 #include <shmsem/observer.hpp>
 #include <shmsem/stats.hpp>

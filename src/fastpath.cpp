@@ -1,3 +1,7 @@
+// fastpath.cpp: the rare halves of the lock-free acquire and release
+// (fastpath.hpp has the hot ones): filling a thread's entry under the lock,
+// and what a release must finish under it.
+
 #include "fastpath.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// key.cpp: which keys are valid, and the /dev/shm name each one maps to.
+
 #include "key.hpp"
 
 #include <array>

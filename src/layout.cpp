@@ -1,3 +1,6 @@
+// layout.cpp: whether a mapped file is a shmsem segment this build can use
+// (layout.hpp's validate()), and what to call each problem found.
+
 #include "layout.hpp"
 
 #include <cstring>

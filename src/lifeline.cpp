@@ -1,3 +1,6 @@
+// lifeline.cpp: how this process's death shows in the segment without a
+// system call: the thread that holds a robust mutex per holder record.
+
 #include "lifeline.hpp"
 
 #include <signal.h>

@@ -1,3 +1,6 @@
+// log.cpp: where the library's log lines go: the "shmsem" logger, and how
+// an application replaces it.
+
 #include "log.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>

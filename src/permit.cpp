@@ -1,3 +1,6 @@
+// permit.cpp: what a Permit does after the grant: its lease as this process
+// sees it, extension, and the release (lock-free, locked, or quiet).
+
 #include <shmsem/errors.hpp>
 #include <shmsem/observer.hpp>
 #include <shmsem/permit.hpp>

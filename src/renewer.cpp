@@ -1,3 +1,6 @@
+// renewer.cpp: how auto-renewing permits stay alive: the one background
+// thread per process that extends their leases.
+
 #include "renewer.hpp"
 
 #include <pthread.h>

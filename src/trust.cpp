@@ -1,3 +1,6 @@
+// trust.cpp: whose segments this process accepts, and whether the name it
+// opened still leads to the segment it uses.
+
 #include "trust.hpp"
 
 #include <shmsem/errors.hpp>

@@ -1,3 +1,6 @@
+// redis/client.cpp: talking to one Redis deployment: pooling, cluster
+// routing and scripts (see client.hpp).
+
 #include "redis/client.hpp"
 
 #include <pthread.h>

@@ -1,3 +1,6 @@
+// redis/connection.cpp: one hiredis connection with deadlines (see
+// connection.hpp).
+
 #include "redis/connection.hpp"
 
 #include <hiredis.h>

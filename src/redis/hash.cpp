@@ -1,3 +1,5 @@
+// redis/hash.cpp: SHA-1 and CRC16, as Redis computes them (see hash.hpp).
+
 #include "redis/hash.hpp"
 
 #include <array>

@@ -1,3 +1,5 @@
+// redis/scripts.cpp: the text of the Lua scripts (see scripts.hpp).
+
 #include "redis/scripts.hpp"
 
 #include <string>

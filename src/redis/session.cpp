@@ -1,3 +1,6 @@
+// redis/session.cpp: one process's session with one Redis semaphore (see
+// session.hpp).
+
 #include "redis/session.hpp"
 
 #include <poll.h>

@@ -1,3 +1,5 @@
+// redis/url.cpp: parsing and printing Redis semaphore URLs (see url.hpp).
+
 #include "redis/url.hpp"
 
 #include "key.hpp"

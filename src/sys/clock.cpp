@@ -1,3 +1,5 @@
+// sys/clock.cpp: reading the clocks (see clock.hpp).
+
 #include "sys/clock.hpp"
 
 #include <dlfcn.h>

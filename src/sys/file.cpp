@@ -1,3 +1,5 @@
+// sys/file.cpp: files by name, replaced whole and durably (see file.hpp).
+
 #include "sys/file.hpp"
 
 #include <fcntl.h>

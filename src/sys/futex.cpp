@@ -1,3 +1,5 @@
+// sys/futex.cpp: the futex system calls (see futex.hpp).
+
 #include "sys/futex.hpp"
 
 #include <linux/futex.h>

@@ -1,3 +1,6 @@
+// sys/openers.cpp: which processes have a file open, from /proc (see
+// openers.hpp).
+
 #include "sys/openers.hpp"
 
 #include <dirent.h>

@@ -1,3 +1,5 @@
+// sys/proc.cpp: what /proc says about a process (see proc.hpp).
+
 #include "sys/proc.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,6 @@
+// sys/robust_mutex.cpp: the pthread calls behind the robust mutexes (see
+// robust_mutex.hpp).
+
 #include "sys/robust_mutex.hpp"
 
 #include <linux/futex.h>

@@ -1,3 +1,6 @@
+// sys/shm.cpp: the system calls on the segment file and its mapping (see
+// shm.hpp).
+
 #include "sys/shm.hpp"
 
 #include <dirent.h>

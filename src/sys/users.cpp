@@ -1,3 +1,5 @@
+// sys/users.cpp: file owners, and user and group names (see users.hpp).
+
 #include "sys/users.hpp"
 
 #include <grp.h>
