@@ -1,6 +1,8 @@
 // segment.hpp: a process's attachment to one segment, and every operation
 // on the shared tables. Functions marked [locked] must be called with the
 // segment lock held (a segment_lock in scope); the rest take care of it.
+// The operations are defined across the files that the section comments
+// of `attachment` name, one question each.
 #pragma once
 
 #include <shmsem/errors.hpp>
@@ -190,7 +192,9 @@ struct attachment {
   std::atomic<std::int64_t> name_check_due{0};
   std::atomic<bool> name_lost{false};
 
-  // --- lifecycle (process-local registry; many handles share one attachment)
+  // --- lifecycle: the process-local registry, where many handles share one
+  // attachment, fork and detach (process.cpp); opening, initializing and
+  // removing the segment (open.cpp)
   /// Attaches to `key`, creating the segment with `permits` seats when
   /// permits > 0 and it is absent. Counts one handle. Throws SegmentError
   /// (untrusted_owner: see trust.hpp), std::invalid_argument.
@@ -214,8 +218,11 @@ struct attachment {
   /// Removes the segment if no live process is attached. Race-free against
   /// a concurrent attach.
   static bool remove_if_unused(std::string_view key);
+  /// [locked] Called when this process is done with the segment: frees what
+  /// it kept in reserve (lease slots, thread records) and its holder record.
+  void retire_self();
 
-  // --- the gate (any thread, locked or not)
+  // --- the gate (gate.cpp; any thread, locked or not)
   std::uint64_t gate() const { return hdr->gate.load(std::memory_order_acquire); }
   std::int32_t used() const { return layout::gate_used(gate()); }
   std::int32_t capacity() const { return layout::gate_capacity(gate()); }
@@ -234,12 +241,23 @@ struct attachment {
   void set_gate_capacity(std::int32_t capacity);
   /// Lowers earliest_expiry_ns to `expires` if that is earlier (any thread).
   void lower_earliest_expiry(std::int64_t expires);
+  /// The smoothed utilization at `now_ns`, taking the current level as a
+  /// sample: every call (a reader's too) advances the shared average.
+  double ewma_sample(std::int64_t now_ns) const;
 
-  // --- [locked] operations
+  // --- holders and reaping (holders.cpp; [locked] unless said otherwise)
   std::uint32_t ensure_self(wake_list& wakes);
-  /// Called when this process is done with the segment: frees what it kept
-  /// in reserve (lease slots, thread records) and its holder record.
-  void retire_self();
+  /// True if holder record `holder` is attached and its process lives (or
+  /// is this one). Reads the lifeline; probes the token only when the
+  /// lifeline reads dead or is absent. Lock-free.
+  bool holder_alive(std::uint32_t holder) const;
+  /// True if attached holder `holder` is not this process and its token is
+  /// gone: its process died. Lock-free; at most one system call.
+  bool holder_gone(std::uint32_t holder) const;
+  /// Reclaims dead holders' and expired leases; returns seats freed.
+  int reap(std::int64_t now_ns, wake_list& wakes, bool force_scan = false);
+
+  // --- leases and thread records (leases.cpp; [locked] unless said otherwise)
   /// Claims a thread record for `holder`; kNoSelf if the table is full.
   std::uint32_t claim_thread_record(std::uint32_t holder);
   void free_thread_record(std::uint32_t index);
@@ -252,13 +270,6 @@ struct attachment {
   void unreserve_slots(const std::uint32_t* slots, std::uint32_t n);
   /// Hands out a block of `n` permit ids; returns the first.
   std::uint64_t take_ids(std::uint64_t n);
-  /// True if holder record `holder` is attached and its process lives (or
-  /// is this one). Reads the lifeline; probes the token only when the
-  /// lifeline reads dead or is absent. Lock-free.
-  bool holder_alive(std::uint32_t holder) const;
-  /// True if attached holder `holder` is not this process and its token is
-  /// gone: its process died. Lock-free; at most one system call.
-  bool holder_gone(std::uint32_t holder) const;
   /// Gives `weight` admitted seats (admit() took them) a lease slot of
   /// `holder`; returns the slot, and its id and generation. For a queued
   /// waiter, `to` is its slot: it learns the lease before the lease is
@@ -270,10 +281,25 @@ struct attachment {
   /// `reason` kLostReleased is the holder's own release.
   bool end_lease(std::uint32_t slot, std::uint64_t held, layout::lost_reason reason,
                  std::int64_t now_ns, wake_list& wakes);
-  /// Grants seats to queued waiters in FIFO order while they fit.
-  void grant_queued(std::int64_t now_ns, wake_list& wakes);
-  /// Reclaims dead holders' and expired leases; returns seats freed.
-  int reap(std::int64_t now_ns, wake_list& wakes, bool force_scan = false);
+  /// Grows the lease table to hold `slots` (fallocate); throws SegmentError.
+  void grow_leases(std::uint32_t slots);
+  void hold_sample(std::int64_t ns);
+  /// What became of lease (`slot`, `gen`, `id`) as this process sees it.
+  enum class lease_status {
+    held,     // live, ours, unexpired
+    expired,  // still in its slot, ours, but past its expiry: reclaim it as expired
+    lost,     // ended (released, expired, reaped or force-released); `why` says how
+    foreign,  // held, but by another process (a permit inherited across fork)
+  };
+  lease_status lease_state(std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
+                           std::int64_t now_ns, loss* why) const;
+  /// lease_state() == held.
+  bool holds(std::uint32_t slot, std::uint64_t gen, std::uint64_t id, std::int64_t now_ns,
+             loss* why) const {
+    return lease_state(slot, gen, id, now_ns, why) == lease_status::held;
+  }
+
+  // --- the queue and its watch (queue.cpp; [locked] unless said otherwise)
   std::uint32_t enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms, std::int64_t now_ns);
   /// [locked] Puts claimed waiter slot `w` at the tail of the queue.
   void link_last(std::uint32_t w);
@@ -296,23 +322,6 @@ struct attachment {
   /// [locked] Gives queued waiter `w` its fate (kGranted, kRejected) and
   /// adds it to `wakes`; the caller has taken it out of the queue.
   void tell(std::uint32_t w, layout::waiter_state state, wake_list& wakes);
-  /// Grows the lease table to hold `slots` (fallocate); throws SegmentError.
-  void grow_leases(std::uint32_t slots);
-  void hold_sample(std::int64_t ns);
-  /// What became of lease (`slot`, `gen`, `id`) as this process sees it.
-  enum class lease_status {
-    held,     // live, ours, unexpired
-    expired,  // still in its slot, ours, but past its expiry: reclaim it as expired
-    lost,     // ended (released, expired, reaped or force-released); `why` says how
-    foreign,  // held, but by another process (a permit inherited across fork)
-  };
-  lease_status lease_state(std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
-                           std::int64_t now_ns, loss* why) const;
-  /// lease_state() == held.
-  bool holds(std::uint32_t slot, std::uint64_t gen, std::uint64_t id, std::int64_t now_ns,
-             loss* why) const {
-    return lease_state(slot, gen, id, now_ns, why) == lease_status::held;
-  }
   /// [locked] Takes the lease granted to waiter `w` (state kGranted). True
   /// if it is still held and unexpired: `gen` and `id` are then set. False
   /// if its TTL ran out before the waiter came for it; the lease is then
@@ -322,8 +331,8 @@ struct attachment {
   /// [locked] Puts waiter `w`, whose grant lapsed, back at the head of the
   /// queue: it was first in line when it was served.
   void requeue_first(std::uint32_t w, std::int64_t now_ns, wake_list& wakes);
-
-  // --- lock-free
+  /// Grants seats to queued waiters in FIFO order while they fit.
+  void grant_queued(std::int64_t now_ns, wake_list& wakes);
   /// The head waiter's watch (no lock): true if reap() would find anything:
   /// a lease past its expiry, a recount due, or a dead process among the
   /// holders that can owe seats (a lease slot or a waiter of theirs). Reads
@@ -336,12 +345,9 @@ struct attachment {
   bool head_gone() const;
   /// Wakes the waiters a locked operation collected.
   void wake(const wake_list& wakes);
-  /// The smoothed utilization at `now_ns`, taking the current level as a
-  /// sample: every call (a reader's too) advances the shared average.
-  double ewma_sample(std::int64_t now_ns) const;
 
+  // --- errors and failures under the lock (segment.cpp)
   [[noreturn]] void fail(errc code, const std::string& problem) const;
-
   /// Logs a failure under the lock that no caller can be told of, and
   /// counts it in stats.errors. The first of a run of failures of one kind
   /// is a warning, the rest are debug lines until one success.
@@ -352,6 +358,7 @@ struct attachment {
 
  private:
   friend class segment_lock;
+  // --- the lock and its repair (repair.cpp)
   /// The robust mutex, only through segment_lock. Locks with a deadline;
   /// repairs after an owner died (or after a repair that failed). False on
   /// timeout. Throws SegmentError, with the mutex released, if it cannot be
@@ -370,6 +377,7 @@ struct attachment {
   /// if a live thread's operation did not finish in time (a stopped
   /// thread): resettle_due_ns then schedules a retry.
   int resettle(std::int64_t now_ns);
+  // --- the tables (segment_shared.hpp, holders.cpp, leases.cpp, queue.cpp)
   /// [locked] Doubles a fixed-offset table (up to `max` entries).
   template <class Slot>
   void grow_table(std::atomic<std::uint32_t>& count, Slot* table, std::size_t offset,

@@ -1,0 +1,237 @@
+// queue.cpp: how a request waits: the FIFO queue of waiter slots, the
+// handoff of seats to its head, the watch duty of the head and the one
+// behind it, and the wakeups.
+
+#include <climits>
+#include <string>
+
+#include "segment.hpp"
+#include "segment_shared.hpp"
+#include "sys/futex.hpp"
+
+namespace shmsem::detail {
+
+using namespace layout;
+
+std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms,
+                                  std::int64_t now) {
+  if (hdr->free_waiter == kNil) {
+    const std::uint32_t n = hdr->waiter_slots.load();
+    if (n >= kMaxWaiters)
+      fail(errc::too_many, "all " + std::to_string(kMaxWaiters) +
+                               " waiter slots are in use (at most that many acquires can wait "
+                               "at once)");
+    grow_table(hdr->waiter_slots, waiters, kWaitersOffset, kMaxWaiters, "waiter slots");
+    link_free_waiters(hdr, waiters, n, hdr->waiter_slots.load());
+  }
+  const std::uint32_t w = hdr->free_waiter - 1;
+  waiter_slot& s = waiters[w];
+  hdr->free_waiter = s.next.load(std::memory_order_relaxed);
+  s.holder.store(holder, std::memory_order_relaxed);
+  s.weight = weight;
+  s.ttl_ms = static_cast<std::int32_t>(ttl_ms);
+  s.enqueued_ns = now;
+  s.ticket = hdr->next_ticket++;
+  add(holders[holder].waiting, 1);
+  link_last(w);
+  return w;
+}
+
+void attachment::link_last(std::uint32_t w) {
+  waiter_slot& s = waiters[w];
+  s.lease.store(0);
+  s.lease_gen.store(0);
+  s.permit_id.store(0);
+  const std::uint32_t tail = hdr->queue_tail.load(std::memory_order_relaxed);
+  s.next.store(kNil, std::memory_order_relaxed);
+  s.prev.store(tail, std::memory_order_relaxed);
+  if (tail != kNil)
+    waiters[tail - 1].next.store(w + 1, std::memory_order_relaxed);
+  else
+    hdr->queue_head.store(w + 1, std::memory_order_relaxed);
+  hdr->queue_tail.store(w + 1, std::memory_order_relaxed);
+  s.state.store(kWaiting, std::memory_order_release);
+  add(hdr->waiters, 1);
+  // From now on the fast path stands aside, and its releases come here to
+  // hand their seats to the queue.
+  if (tail == kNil) set_gate_flags(kGateQueued, 0);
+}
+
+void attachment::requeue_first(std::uint32_t w, std::int64_t now, wake_list& wakes) {
+  const watchers before = queue_watchers();
+  waiter_slot& s = waiters[w];
+  s.lease.store(0);
+  s.lease_gen.store(0);
+  s.permit_id.store(0);
+  // It was the head when it was served, so its ticket is older than any
+  // still queued: first in line again, also for a repair that sorts by it.
+  const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
+  s.prev.store(kNil, std::memory_order_relaxed);
+  s.next.store(head, std::memory_order_relaxed);
+  if (head != kNil)
+    waiters[head - 1].prev.store(w + 1, std::memory_order_relaxed);
+  else
+    hdr->queue_tail.store(w + 1, std::memory_order_relaxed);
+  hdr->queue_head.store(w + 1, std::memory_order_relaxed);
+  s.state.store(kWaiting, std::memory_order_release);
+  add(hdr->waiters, 1);
+  set_gate_flags(kGateQueued, 0);
+  grant_queued(now, wakes);
+  wake_new_watchers(before, wakes);
+}
+
+void attachment::dequeue(std::uint32_t w) {
+  waiter_slot& s = waiters[w];
+  const std::uint32_t prev = s.prev.load(std::memory_order_relaxed);
+  const std::uint32_t next = s.next.load(std::memory_order_relaxed);
+  if (prev != kNil)
+    waiters[prev - 1].next.store(next, std::memory_order_relaxed);
+  else
+    hdr->queue_head.store(next, std::memory_order_relaxed);
+  if (next != kNil)
+    waiters[next - 1].prev.store(prev, std::memory_order_relaxed);
+  else
+    hdr->queue_tail.store(prev, std::memory_order_relaxed);
+  s.prev.store(kNil, std::memory_order_relaxed);
+  s.next.store(kNil, std::memory_order_relaxed);
+  add(hdr->waiters, -1);
+  if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) set_gate_flags(0, kGateQueued);
+}
+
+void attachment::free_waiter(std::uint32_t w, wake_list& wakes) {
+  waiter_slot& s = waiters[w];
+  if (s.state.load(std::memory_order_relaxed) == kWaiting) {
+    const watchers before = queue_watchers();
+    dequeue(w);
+    wake_new_watchers(before, wakes);
+  }
+  s.state.store(kWaiterFree, std::memory_order_release);
+  const std::uint32_t holder = s.holder.load(std::memory_order_relaxed);
+  if (holder < hdr->holder_slots.load() && holders[holder].waiting.load() > 0)
+    add(holders[holder].waiting, -1);
+  push_free_waiter(w);
+}
+
+void attachment::push_free_waiter(std::uint32_t w) {
+  waiters[w].next.store(hdr->free_waiter, std::memory_order_relaxed);
+  hdr->free_waiter = w + 1;
+}
+
+attachment::watchers attachment::queue_watchers() const {
+  watchers out;
+  out.head = hdr->queue_head.load(std::memory_order_acquire);
+  if (out.head != kNil && out.head <= hdr->waiter_slots.load(std::memory_order_relaxed))
+    out.second = waiters[out.head - 1].next.load(std::memory_order_relaxed);
+  return out;
+}
+
+void attachment::wake_new_watchers(const watchers& before, wake_list& wakes) {
+  const watchers now = queue_watchers();
+  // A new head may be asleep on the second's slow timer, a new second
+  // without any; the bump makes a wait it is about to start return at once.
+  auto wake_one = [&](std::uint32_t w) {
+    waiters[w - 1].seq.fetch_add(1, std::memory_order_release);
+    wakes.add(w - 1);
+  };
+  if (now.head != kNil && now.head != before.head) wake_one(now.head);
+  if (now.second != kNil && now.second != before.second && now.second != before.head)
+    wake_one(now.second);
+}
+
+void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
+  const watchers before = queue_watchers();
+  for (;;) {
+    const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
+    if (head == kNil) break;
+    waiter_slot& s = waiters[head - 1];
+    // Strict FIFO: a head that does not fit holds back everyone behind it.
+    if (!admit(s.weight, true)) break;
+    std::uint64_t id = 0, gen = 0;
+    try {
+      grant(s.holder.load(std::memory_order_relaxed), s.weight, s.ttl_ms, now, id, gen, &s);
+    } catch (const SegmentError& e) {
+      // No lease slot for it (a full /dev/shm, or every slot in use): the
+      // seats went back to the gate and it stays first in line. Whoever
+      // releases, or the head's own timer, tries again; the caller here
+      // (a release, a reap) has done its own part and must not fail.
+      report_error(std::string(e.what()) + " (a queued waiter stays queued until it can be served)",
+                   grant_failing);
+      break;
+    }
+    grant_failing.store(false, std::memory_order_relaxed);
+    SHMSEM_HOOK(mid_handoff);
+    record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
+    dequeue(head - 1);
+    tell(head - 1, kGranted, wakes);
+  }
+  wake_new_watchers(before, wakes);
+}
+
+bool attachment::take_grant(std::uint32_t w, std::int64_t now, std::uint64_t& gen,
+                            std::uint64_t& id, wake_list& wakes) {
+  waiter_slot& s = waiters[w];
+  const std::uint32_t slot = s.lease.load(std::memory_order_relaxed);
+  gen = s.lease_gen.load(std::memory_order_relaxed);
+  id = s.permit_id.load(std::memory_order_relaxed);
+  switch (lease_state(slot, gen, id, now, nullptr)) {
+    case lease_status::held:
+      return true;
+    case lease_status::expired:
+      // Granted, but its TTL ran out before we came for it: nobody has
+      // reclaimed it yet. It was never ours to use.
+      end_lease(slot, slot_state(gen, kSlotHeld), kLostExpired, now, wakes);
+      return false;
+    default:
+      // Reclaimed (as expired) meanwhile, its slot perhaps a later lease.
+      return false;
+  }
+}
+
+void attachment::tell(std::uint32_t w, waiter_state state, wake_list& wakes) {
+  waiters[w].state.store(state, std::memory_order_release);
+  waiters[w].seq.fetch_add(1, std::memory_order_release);
+  wakes.add(w);
+}
+
+void attachment::reject_oversized(wake_list& wakes) {
+  const std::int32_t cap = capacity();
+  const watchers before = queue_watchers();
+  std::uint32_t w = before.head;
+  while (w != kNil) {
+    waiter_slot& s = waiters[w - 1];
+    const std::uint32_t next = s.next.load(std::memory_order_relaxed);
+    if (s.weight > cap) {
+      dequeue(w - 1);
+      SHMSEM_HOOK(mid_handoff);
+      tell(w - 1, kRejected, wakes);
+    }
+    w = next;
+  }
+  wake_new_watchers(before, wakes);
+}
+
+bool attachment::watch(std::int64_t now) const {
+  if (hdr->earliest_expiry_ns.load(std::memory_order_relaxed) <= now) return true;
+  const std::int64_t due = hdr->resettle_due_ns.load(std::memory_order_relaxed);
+  if (due != 0 && due <= now) return true;
+  const std::uint32_t n = std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders);
+  for (std::uint32_t h = 0; h < n; ++h)
+    if (reapable(h)) return true;
+  return false;
+}
+
+bool attachment::head_gone() const {
+  const std::uint32_t head = hdr->queue_head.load(std::memory_order_acquire);
+  if (head == kNil || head > hdr->waiter_slots.load(std::memory_order_relaxed)) return false;
+  const std::uint32_t h = waiters[head - 1].holder.load(std::memory_order_relaxed);
+  if (h >= std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders)) return false;
+  return holders[h].state.load(std::memory_order_acquire) == kHolderAttached && holder_gone(h);
+}
+
+void attachment::wake(const wake_list& wakes) {
+  if (wakes.empty()) return;
+  wakes.for_each([this](std::uint32_t w) { sys::futex_wake(&waiters[w].seq, 1); });
+  if (wakes.idle) sys::futex_wake(&hdr->idle_seq, INT_MAX);
+}
+
+}  // namespace shmsem::detail
