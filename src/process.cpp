@@ -1,6 +1,7 @@
 // process.cpp: how a process lives with its attachments: the registry that
-// lets handles share one, fork (a child gets descriptions of its own), and
-// detaching when no handle and no permit is left.
+// lets handles share one, fork (a child gets descriptions of its own), each
+// thread's table of fast-path entries and the pins that keep a mapping
+// alive, and detaching when no handle and no permit is left.
 
 #include <pthread.h>
 
@@ -8,6 +9,9 @@
 #include <cerrno>
 #include <exception>
 #include <mutex>
+#include <new>
+#include <span>
+#include <utility>
 
 #include "fastpath.hpp"
 #include "lifeline.hpp"
@@ -169,6 +173,159 @@ void attachment::retire_self() {
   // our token (gone with our descriptor) tells the others to reap it.
   if (!holds_any) free_holder_record(me);
   self.store(kNoSelf, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// Each thread's fast-path entries (declared in fastpath.hpp)
+
+constinit thread_entry no_entry;
+__attribute__((tls_model("initial-exec"))) constinit thread_local thread_entry* entry_mru =
+    &no_entry;
+
+namespace {
+
+constexpr std::int64_t kDropEntryLockNs = 10'000'000;  // see drop_entry()
+
+// kThreadEntries entries, or null before the thread's first locked acquire.
+constinit thread_local thread_entry* entry_table = nullptr;
+// The exit cleanup ran: a late call (another thread_local's destructor)
+// stays on the locked path rather than allocate a table nobody frees.
+constinit thread_local bool table_closed = false;
+
+// The cleanup at thread exit; constructed (and so registered) at a
+// thread's first entry.
+struct table_cleanup {
+  ~table_cleanup();
+};
+thread_local table_cleanup cleanup;
+
+// [registry] Gives back what entry `e` holds in its (live) attachment: its
+// cached slots and its record, and passes its pins to the attachment.
+void drop_entry(thread_entry& e) noexcept {
+  attachment* a = e.att;
+  if (!a || !attachment::is_registered(a, e.serial)) {
+    e.att = nullptr;
+    return;
+  }
+  a->retired_pins.fetch_add(e.pins.exchange(0), std::memory_order_acq_rel);
+  a->entries.erase(std::remove(a->entries.begin(), a->entries.end(), &e), a->entries.end());
+  try {
+    // Not for ever: a thread that ends (or gives its entry up) must not
+    // hang on a lock a stopped process holds, the more so under the
+    // registry mutex. What it kept then stays with this process, and goes
+    // back when the process detaches or is reaped.
+    segment_lock lk(*a, sys::precise_now_ns() + kDropEntryLockNs);
+    if (lk.owns()) {
+      a->unreserve_slots(e.slots, e.cached);
+      if (e.record) a->free_thread_record(e.record_index);
+    } else {
+      log().debug(
+          "semaphore '{}': the segment lock was busy when a thread let go of its entry; its "
+          "reserved lease slots stay with this process until it detaches",
+          a->key);
+    }
+  } catch (const std::exception& ex) {
+    log().error("{} (a thread's reserved lease slots stay reserved)", ex.what());
+  }
+  e.att = nullptr;
+  e.record = nullptr;
+  e.cached = 0;
+}
+
+table_cleanup::~table_cleanup() {
+  table_closed = true;
+  if (!entry_table) return;
+  for (thread_entry& e : std::span(entry_table, kThreadEntries)) {
+    bool detach = false;
+    attachment* a = e.att;
+    {
+      auto g = attachment::registry_lock();
+      if (!a || !attachment::is_registered(a, e.serial)) continue;
+      drop_entry(e);
+      detach = attachment::try_detach(a, g);
+    }
+    if (detach) attachment::finish_detach(a);
+  }
+  entry_mru = &no_entry;
+  delete[] std::exchange(entry_table, nullptr);
+}
+
+}  // namespace
+
+thread_entry* find_entry(const attachment& a) noexcept {
+  if (!entry_table) return nullptr;
+  for (std::uint32_t i = 0; i < kThreadEntries; ++i) {
+    thread_entry& e = entry_table[i];
+    if (e.att == &a && e.serial == a.serial) {
+      entry_mru = &e;
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+thread_entry* prepare_entry(attachment& a) {
+  if (thread_entry* e = local_entry(a)) return e;
+  if (!entry_table) {
+    if (table_closed) return nullptr;
+    entry_table = new (std::nothrow) thread_entry[kThreadEntries];
+    if (!entry_table) return nullptr;  // no fast path for this thread
+    (void)&cleanup;
+  }
+  auto g = attachment::registry_lock();
+  std::uint32_t victim = kThreadEntries;
+  for (std::uint32_t i = 0; i < kThreadEntries && victim == kThreadEntries; ++i) {
+    const thread_entry& e = entry_table[i];
+    if (!e.att || !attachment::is_registered(e.att, e.serial)) victim = i;
+  }
+  if (victim == kThreadEntries) {
+    // Every entry serves a live semaphore: the least recently used gives way.
+    victim = 0;
+    for (std::uint32_t i = 1; i < kThreadEntries; ++i)
+      if (entry_table[i].last_used < entry_table[victim].last_used) victim = i;
+    drop_entry(entry_table[victim]);
+  }
+  thread_entry& e = entry_table[victim];
+  e.att = &a;
+  e.serial = a.serial;
+  e.record = nullptr;
+  e.record_index = 0;
+  e.holder = kNoSelf;
+  e.cached = 0;
+  e.next_id = e.end_id = 0;
+  e.pins.store(0, std::memory_order_relaxed);
+  e.busy.store(false, std::memory_order_relaxed);
+  e.closing.store(a.closing.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  a.entries.push_back(&e);
+  entry_mru = &e;
+  return &e;
+}
+
+void pin(attachment& a, int delta) noexcept {
+  if (thread_entry* e = local_entry(a))
+    e->pins.store(e->pins.load(std::memory_order_relaxed) + delta, std::memory_order_release);
+  else
+    a.retired_pins.fetch_add(delta, std::memory_order_acq_rel);
+}
+
+void release_scope::detach_after_release(attachment* a, std::uint64_t serial) noexcept {
+  bool detach = false;
+  {
+    auto g = attachment::registry_lock();
+    detach = attachment::is_registered(a, serial) && attachment::try_detach(a, g);
+  }
+  if (detach) attachment::finish_detach(a);
+}
+
+void forget_thread_entries() noexcept {
+  if (!entry_table) return;
+  for (thread_entry& e : std::span(entry_table, kThreadEntries)) {
+    e.att = nullptr;
+    e.record = nullptr;
+    e.cached = 0;
+    e.pins.store(0, std::memory_order_relaxed);
+    e.busy.store(false, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace shmsem::detail
