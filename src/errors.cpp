@@ -6,6 +6,8 @@
 #include <shmsem/stats.hpp>
 #include <shmsem/version.hpp>
 
+#include "reasons.hpp"
+
 namespace shmsem {
 
 namespace {
@@ -88,18 +90,7 @@ std::error_code make_error_code(errc e) noexcept {
 }
 
 const char* to_string(Reason r) noexcept {
-  switch (r) {
-    case Reason::timeout:
-      return "timeout";
-    case Reason::cancelled:
-      return "cancelled";
-    case Reason::shutdown:
-      return "shutdown";
-    case Reason::exceeds_capacity:
-      return "exceeds_capacity";
-    case Reason::error:
-      return "error";
-  }
+  if (const auto* row = detail::info_of(r)) return row->name;
   return "unknown";
 }
 

@@ -1,11 +1,16 @@
 // leases.cpp: how a lease is granted, ended and looked up: the lease
 // table (free list, growth, the slots a thread keeps in reserve), thread
-// records, permit ids, and what a permit learns when its lease is gone.
+// records, permit ids, what a permit learns when its lease is gone, and the
+// scans of the whole table behind stats(), holders() and
+// force_release_all().
+
+#include <shmsem/permit.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
+#include "leases.hpp"
 #include "segment.hpp"
 #include "segment_shared.hpp"
 
@@ -271,6 +276,108 @@ lease_stats sum_lease_stats(const segment_header* h, const thread_record* t, std
     for (const auto& c : t[i].hold_counts) s.released += c.load(std::memory_order_relaxed);
   }
   return s;
+}
+
+// ---------------------------------------------------------------------------
+// Every lease at once
+
+namespace {
+void read_histogram(const shared_histogram& in, Histogram& out) {
+  for (std::size_t i = 0; i < out.counts.size(); ++i)
+    out.counts[i] = in.counts[i].load(std::memory_order_relaxed);
+  out.sum_seconds = static_cast<double>(in.sum_ns.load(std::memory_order_relaxed)) / 1e9;
+}
+}  // namespace
+
+Stats read_stats(const attachment& a) {
+  const auto& s = a.hdr->stats;
+  Stats out;
+  auto rd = [](const std::atomic<std::uint64_t>& v) { return v.load(std::memory_order_relaxed); };
+  out.acquired = rd(s.acquired);
+  out.released = rd(s.released);
+  out.timeouts = rd(s.timeouts);
+  out.cancelled = rd(s.cancelled);
+  out.shutdowns = rd(s.shutdowns);
+  out.rejected = rd(s.rejected);
+  out.try_failures = rd(s.try_failures);
+  out.reaped = rd(s.reaped);
+  out.expired = rd(s.expired);
+  out.force_released = rd(s.force_released);
+  out.reclaimed_seats = rd(s.reclaimed_seats);
+  out.recoveries = rd(s.recoveries);
+  out.errors = rd(s.errors);
+  read_histogram(s.wait, out.wait);
+  read_histogram(s.hold, out.hold);
+  // The fast path's counters, one record per thread: every grant there is
+  // immediate (a wait of 0), every release there a hold sample.
+  const std::uint32_t nt = a.thread_count();
+  for (std::uint32_t t = 0; t < nt; ++t) {
+    const auto& r = a.threads[t];
+    const std::uint64_t acquired = rd(r.acquired);
+    out.acquired += acquired;
+    out.wait.counts[0] += acquired;
+    for (std::size_t i = 0; i < out.hold.counts.size(); ++i) {
+      const std::uint64_t c = rd(r.hold_counts[i]);
+      out.hold.counts[i] += c;
+      out.released += c;
+    }
+    out.hold.sum_seconds += static_cast<double>(rd(r.hold_sum_ns)) / 1e9;
+  }
+  return out;
+}
+
+std::vector<Holder> list_holders(const attachment& a) {
+  std::vector<Holder> out;
+  const std::int64_t now = lease_clock();
+  const std::uint32_t hwm = a.hdr->lease_hwm.load(std::memory_order_acquire);
+  std::vector<std::int8_t> alive(a.hdr->holder_slots.load(std::memory_order_relaxed), -1);
+  for (std::uint32_t i = 0; i < hwm; ++i) {
+    const auto& l = a.leases[i];
+    const std::uint64_t st = l.state.load(std::memory_order_acquire);
+    if (state_kind(st) != kSlotHeld) continue;
+    Holder h;
+    h.permit_id = l.id.load(std::memory_order_relaxed);
+    h.weight = l.weight.load(std::memory_order_relaxed);
+    const std::uint32_t holder = l.holder.load(std::memory_order_relaxed);
+    const std::int64_t acquired = l.acquired_ns.load(std::memory_order_relaxed);
+    const std::int64_t exp = l.expires_ns.load(std::memory_order_acquire);
+    if (l.state.load(std::memory_order_relaxed) != st) continue;  // changed under us
+    h.acquired_at = Permit::clock::time_point(std::chrono::nanoseconds(acquired));
+    if (exp) h.expires_at = Permit::clock::time_point(std::chrono::nanoseconds(exp));
+    if (holder < alive.size()) {
+      const auto& rec = a.holders[holder];
+      if (rec.pid_ns.load(std::memory_order_relaxed) == a.pid_ns)
+        h.pid = rec.pid.load(std::memory_order_relaxed);
+      else
+        h.foreign_namespace = true;
+      if (alive[holder] < 0) alive[holder] = a.holder_alive(holder) ? 1 : 0;
+    }
+    if (exp && exp <= now)
+      h.state = HolderState::expired;
+    else if (holder >= alive.size() || alive[holder] == 0)
+      h.state = HolderState::dead;
+    out.push_back(h);
+  }
+  return out;
+}
+
+int force_release_all(attachment& a, std::int64_t now, wake_list& wakes) {
+  int displaced = 0;
+  const std::uint32_t hwm = a.hdr->lease_hwm.load(std::memory_order_relaxed);
+  for (std::uint32_t i = 0; i < hwm; ++i) {
+    const auto& l = a.leases[i];
+    const std::uint64_t st = l.state.load(std::memory_order_acquire);
+    if (state_kind(st) != kSlotHeld) continue;
+    const std::int64_t exp = l.expires_ns.load(std::memory_order_relaxed);
+    if (exp && exp <= now) {
+      a.end_lease(i, st, kLostExpired, now, wakes);
+    } else if (!a.holder_alive(l.holder.load(std::memory_order_relaxed))) {
+      a.end_lease(i, st, kLostReaped, now, wakes);
+    } else if (a.end_lease(i, st, kLostForceReleased, now, wakes)) {
+      ++displaced;
+    }
+  }
+  return displaced;
 }
 
 }  // namespace shmsem::detail

@@ -1,13 +1,19 @@
 // queue.cpp: how a request waits: the FIFO queue of waiter slots, the
-// handoff of seats to its head, the watch duty of the head and the one
-// behind it, and the wakeups.
+// handoff of seats to its head, the wait loop of a blocked acquire with the
+// watch duty of the head and the one behind it, and the wakeups.
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
+#include "fastpath.hpp"
+#include "handle.hpp"
+#include "queue.hpp"
 #include "segment.hpp"
 #include "segment_shared.hpp"
+#include "sys/clock.hpp"
 #include "sys/futex.hpp"
+#include "trust.hpp"
 
 namespace shmsem::detail {
 
@@ -232,6 +238,110 @@ void attachment::wake(const wake_list& wakes) {
   if (wakes.empty()) return;
   wakes.for_each([this](std::uint32_t w) { sys::futex_wake(&waiters[w].seq, 1); });
   if (wakes.idle) sys::futex_wake(&hdr->idle_seq, INT_MAX);
+}
+
+// ---------------------------------------------------------------------------
+// The wait of a blocked acquire
+
+queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t deadline,
+                         const std::stop_token& stop, const std::atomic<bool>& shut) {
+  auto& slot = a.waiters[w];
+  std::uint32_t wakeups = 0;
+  Reason reason = Reason::timeout;
+  bool granted = false;
+  std::uint32_t lease = 0;
+  std::uint64_t id = 0, gen = 0;
+  std::int64_t granted_ns = 0;
+  for (;;) {
+    for (;;) {
+      const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
+      const std::uint32_t st = slot.state.load(std::memory_order_acquire);
+      if (st == layout::kGranted) {
+        granted = true;
+        break;
+      }
+      if (st == layout::kRejected) {
+        reason = Reason::exceeds_capacity;
+        break;
+      }
+      if (stop.stop_requested()) {
+        reason = Reason::cancelled;
+        break;
+      }
+      if (shut.load() || process_shut_down.load()) {
+        reason = Reason::shutdown;
+        break;
+      }
+      const std::int64_t now = sys::precise_now_ns();
+      if (now >= deadline) {
+        reason = Reason::timeout;
+        break;
+      }
+      // The head keeps watch: every kHeadTickNs it checks the holders that
+      // can owe seats for dead processes and expired leases. The others
+      // only check that the head itself is alive (nobody else would
+      // notice): the one behind it every kSecondTickNs, the rest, in case
+      // both died, every kOtherTickNs. Whoever takes up the watch, or the
+      // place behind it, is woken to start it.
+      const auto watch = a.queue_watchers();
+      const bool head = watch.head == w + 1;
+      const bool second = watch.second == w + 1;
+      const std::int64_t tick = head ? kHeadTickNs : second ? kSecondTickNs : kOtherTickNs;
+      const std::int64_t until = std::min(deadline, now + tick);
+      const auto r = sys::futex_wait(&slot.seq, seq, until);
+      if (r == sys::wait_result::woken) ++wakeups;
+      if (r != sys::wait_result::timed_out) continue;
+      watch_name(a);
+      // Also serve the queue if the head fits: a releaser that gave its
+      // seats back without the lock may have died before handing them on.
+      const bool act =
+          head ? a.watch(lease_clock()) || layout::gate_fits(a.gate(), n) : a.head_gone();
+      if (act) {
+        segment_lock lk(a, deadline);
+        if (lk.owns()) {
+          a.reap(lease_clock(), lk.wakes);
+          a.grant_queued(lease_clock(), lk.wakes);
+        }
+      }
+    }
+
+    // --- leave the queue; keep or give back a grant that raced with us ---
+    {
+      [[maybe_unused]] const std::string_view key = a.key;
+      SHMSEM_HOOK(leaving);
+    }
+    segment_lock lk(a, sys::kNever);
+    const std::int64_t now = lease_clock();
+    if (slot.state.load(std::memory_order_acquire) == layout::kGranted) {
+      lease = slot.lease.load(std::memory_order_relaxed);
+      if (!a.take_grant(w, now, gen, id, lk.wakes)) {
+        // Its TTL ran out before we came for it: it was never ours. Back
+        // to the head of the queue, within what is left of the budget.
+        granted = false;
+        if (reason == Reason::timeout && sys::precise_now_ns() < deadline) {
+          a.requeue_first(w, now, lk.wakes);
+          continue;
+        }
+      } else if (granted || reason == Reason::timeout) {
+        // A grant that arrived as the budget ran out is still a grant.
+        granted = true;
+        granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
+        pin(a, +1);
+      } else {
+        // Cancelled or shut down: a seat won meanwhile goes back quietly.
+        a.end_lease(lease, layout::slot_state(gen, layout::kSlotHeld), layout::kLostReleased, now,
+                    lk.wakes);
+      }
+    } else {
+      granted = false;
+    }
+    a.free_waiter(w, lk.wakes);
+    // Our leaving may let the requests behind us in (a big head that left).
+    if (!granted && a.hdr->queue_head.load(std::memory_order_relaxed) != layout::kNil)
+      a.grant_queued(now, lk.wakes);
+    break;
+  }
+  return queue_wait{granted, reason, lease, id, gen, granted_ns, wakeups};
 }
 
 }  // namespace shmsem::detail

@@ -1,3 +1,8 @@
+// semaphore.cpp: what the public Semaphore calls check and return: argument
+// checks, options, the choice of the fast or the locked path, observer events
+// and errors. The work itself is done by the segment's files (segment.hpp
+// says which file does what).
+
 #include <shmsem/semaphore.hpp>
 
 #include <algorithm>
@@ -8,7 +13,10 @@
 #include "fastpath.hpp"
 #include "handle.hpp"
 #include "key.hpp"
+#include "leases.hpp"
 #include "log.hpp"
+#include "queue.hpp"
+#include "reasons.hpp"
 #include "redis/backend.hpp"
 #include "renewer.hpp"
 #include "sys/futex.hpp"
@@ -26,22 +34,9 @@ std::mutex handles_mutex;
 std::vector<handle*> all_handles;
 std::atomic<std::uint64_t> next_handle_id{1};
 
-// The head waiter watches for deaths. Each of its wakeups cost about 60 us
-// of CPU time on the 2-vCPU VM of the README's benchmarks, kernel included:
-// a 20 ms tick keeps 50 idle waiters near 0.6% of a core (1% was the limit,
-// and a 10 ms tick measured 0.8-1.3%), and a dead holder's seats still come
-// back within about 20 ms (the limit is 50 ms).
-constexpr std::int64_t kHeadTickNs = 20'000'000;
 // How long try_acquire() waits for the segment lock (held for microseconds,
 // unless its holder is stopped or starved of CPU).
 constexpr std::int64_t kTryLockNs = 10'000'000;
-// The second in line checks that the head is alive. Rarely needed (a dead
-// head is also found by the next release), so it can be slow.
-constexpr std::int64_t kSecondTickNs = 500'000'000;
-// Everyone else checks the same, slower still: for when the head and the
-// second died together (a host's OOM killer takes several at once).
-constexpr std::int64_t kOtherTickNs = 2'000'000'000;
-
 void check_weight(int n, const char* what) {
   if (n < 1)
     throw std::invalid_argument(std::string("shmsem: ") + what + " needs n >= 1, got " +
@@ -55,20 +50,13 @@ void check_duration(std::chrono::milliseconds d, const char* what, bool allow_ne
                                 std::to_string(kMaxDuration.count()) + " ms)");
 }
 
-Outcome outcome_of(Reason r) {
-  switch (r) {
-    case Reason::timeout:
-      return Outcome::timeout;
-    case Reason::cancelled:
-      return Outcome::cancelled;
-    case Reason::shutdown:
-      return Outcome::shutdown;
-    case Reason::exceeds_capacity:
-      return Outcome::exceeds_capacity;
-    case Reason::error:
-      return Outcome::error;
-  }
-  return Outcome::error;
+// The event the observer is told of, for every way an acquisition ends.
+AcquireEvent acquire_event(const attachment& a, int n, Outcome outcome, std::uint64_t id = 0,
+                           std::uint32_t wakeups = 0, std::int64_t waited_ns = 0,
+                           bool waited = false) {
+  return AcquireEvent{
+      a.key,   a.capacity(), n, a.used(), id, wakeups, std::chrono::nanoseconds(waited_ns),
+      outcome, waited};
 }
 
 template <class F>
@@ -133,23 +121,8 @@ acquisition resolve(const handle& h, int n, const AcquireOptions& o) {
 AcquisitionError acquisition_error(const attachment& a, Reason r, int n, const std::string& extra) {
   std::string msg = "shmsem: cannot acquire " + std::to_string(n) + " seat" + (n == 1 ? "" : "s") +
                     " of '" + a.key + "': ";
-  switch (r) {
-    case Reason::timeout:
-      msg += "timed out";
-      break;
-    case Reason::cancelled:
-      msg += "cancelled";
-      break;
-    case Reason::shutdown:
-      msg += "shut down";
-      break;
-    case Reason::exceeds_capacity:
-      msg += "more than the capacity of " + std::to_string(a.capacity());
-      break;
-    case Reason::error:
-      msg += "segment error";
-      break;
-  }
+  if (const auto* row = detail::info_of(r)) msg += row->what;
+  if (r == Reason::exceeds_capacity) msg += " " + std::to_string(a.capacity());
   return AcquisitionError(r, msg + extra);
 }
 
@@ -346,9 +319,7 @@ Permit grant_now(handle& h, segment_lock& lk, std::uint32_t self, const acquisit
   lk.unlock();
   Permit p = make_permit(h, slot, gen, id, q, now);
   if (h.opts.observer) {
-    AcquireEvent e{
-        a.key, a.capacity(), q.n, a.used(), id, 0, std::chrono::nanoseconds(0), Outcome::acquired,
-        false};
+    const AcquireEvent e = detail::acquire_event(a, q.n, Outcome::acquired, id);
     detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
   }
   return p;
@@ -409,33 +380,11 @@ namespace {
   }
   auto fail = [&](Reason r, std::uint32_t wakeups, std::int64_t waited_ns,
                   bool waited) -> AcquisitionError {
-    auto& st = a.hdr->stats;
-    switch (r) {
-      case Reason::timeout:
-        st.timeouts.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case Reason::cancelled:
-        st.cancelled.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case Reason::shutdown:
-        st.shutdowns.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case Reason::exceeds_capacity:
-        st.rejected.fetch_add(1, std::memory_order_relaxed);
-        break;
-      case Reason::error:
-        break;
-    }
+    const detail::reason_info& why = *detail::info_of(r);
+    if (why.counter) (a.hdr->stats.*why.counter).fetch_add(1, std::memory_order_relaxed);
     if (h.opts.observer) {
-      AcquireEvent e{a.key,
-                     a.capacity(),
-                     n,
-                     a.used(),
-                     0,
-                     wakeups,
-                     std::chrono::nanoseconds(waited_ns),
-                     detail::outcome_of(r),
-                     waited};
+      const AcquireEvent e =
+          detail::acquire_event(a, n, why.outcome, 0, wakeups, waited_ns, waited);
       detail::notify(h.opts.observer, [&](Observer& o) {
         if (waited) o.on_wait_end(e);
         o.on_acquire(e);
@@ -484,121 +433,17 @@ namespace {
     slot.seq.fetch_add(1, std::memory_order_release);
     sys::futex_wake(&slot.seq, 1);
   });
-  std::uint32_t wakeups = 0;
-  Reason reason = Reason::timeout;
-  bool granted = false;
-  std::uint32_t lease = 0;
-  std::uint64_t id = 0, gen = 0;
-  std::int64_t granted_ns = 0;
-  for (;;) {
-    for (;;) {
-      const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
-      const std::uint32_t st = slot.state.load(std::memory_order_acquire);
-      if (st == detail::layout::kGranted) {
-        granted = true;
-        break;
-      }
-      if (st == detail::layout::kRejected) {
-        reason = Reason::exceeds_capacity;
-        break;
-      }
-      if (opts.stop.stop_requested()) {
-        reason = Reason::cancelled;
-        break;
-      }
-      if (h.shut.load() || detail::process_shut_down.load()) {
-        reason = Reason::shutdown;
-        break;
-      }
-      const std::int64_t now = sys::precise_now_ns();
-      if (now >= deadline) {
-        reason = Reason::timeout;
-        break;
-      }
-      // The head keeps watch: every kHeadTickNs it checks the holders that
-      // can owe seats for dead processes and expired leases. The others
-      // only check that the head itself is alive (nobody else would
-      // notice): the one behind it every kSecondTickNs, the rest, in case
-      // both died, every kOtherTickNs. Whoever takes up the watch, or the
-      // place behind it, is woken to start it.
-      const auto watch = a.queue_watchers();
-      const bool head = watch.head == w + 1;
-      const bool second = watch.second == w + 1;
-      const std::int64_t tick = head     ? detail::kHeadTickNs
-                                : second ? detail::kSecondTickNs
-                                         : detail::kOtherTickNs;
-      const std::int64_t until = std::min(deadline, now + tick);
-      const auto r = sys::futex_wait(&slot.seq, seq, until);
-      if (r == sys::wait_result::woken) ++wakeups;
-      if (r != sys::wait_result::timed_out) continue;
-      detail::watch_name(a);
-      // Also serve the queue if the head fits: a releaser that gave its
-      // seats back without the lock may have died before handing them on.
-      const bool act =
-          head ? a.watch(detail::lease_clock()) || detail::layout::gate_fits(a.gate(), n)
-               : a.head_gone();
-      if (act) {
-        segment_lock lk(a, deadline);
-        if (lk.owns()) {
-          a.reap(detail::lease_clock(), lk.wakes);
-          a.grant_queued(detail::lease_clock(), lk.wakes);
-        }
-      }
-    }
-
-    // --- leave the queue; keep or give back a grant that raced with us ---
-    {
-      [[maybe_unused]] const std::string_view key = a.key;
-      SHMSEM_HOOK(leaving);
-    }
-    segment_lock lk(a, sys::kNever);
-    const std::int64_t now = detail::lease_clock();
-    if (slot.state.load(std::memory_order_acquire) == detail::layout::kGranted) {
-      lease = slot.lease.load(std::memory_order_relaxed);
-      if (!a.take_grant(w, now, gen, id, lk.wakes)) {
-        // Its TTL ran out before we came for it: it was never ours. Back
-        // to the head of the queue, within what is left of the budget.
-        granted = false;
-        if (reason == Reason::timeout && sys::precise_now_ns() < deadline) {
-          a.requeue_first(w, now, lk.wakes);
-          continue;
-        }
-      } else if (granted || reason == Reason::timeout) {
-        // A grant that arrived as the budget ran out is still a grant.
-        granted = true;
-        granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
-        detail::pin(a, +1);
-      } else {
-        // Cancelled or shut down: a seat won meanwhile goes back quietly.
-        a.end_lease(lease, detail::layout::slot_state(gen, detail::layout::kSlotHeld),
-                    detail::layout::kLostReleased, now, lk.wakes);
-      }
-    } else {
-      granted = false;
-    }
-    a.free_waiter(w, lk.wakes);
-    // Our leaving may let the requests behind us in (a big head that left).
-    if (!granted && a.hdr->queue_head.load(std::memory_order_relaxed) != detail::layout::kNil)
-      a.grant_queued(now, lk.wakes);
-    break;
-  }
+  const detail::queue_wait got = detail::wait_in_queue(a, w, n, deadline, opts.stop, h.shut);
   {
     std::lock_guard g(h.waits_mu);
     h.waits.erase(std::find(h.waits.begin(), h.waits.end(), w));
   }
   const std::int64_t waited = sys::precise_now_ns() - started;
-  if (!granted) throw fail(reason, wakeups, waited, true);
-  Permit p = make_permit(h, lease, gen, id, q, granted_ns);
+  if (!got.granted) throw fail(got.reason, got.wakeups, waited, true);
+  Permit p = make_permit(h, got.lease, got.gen, got.id, q, got.granted_ns);
   if (h.opts.observer) {
-    AcquireEvent e{a.key,
-                   a.capacity(),
-                   n,
-                   a.used(),
-                   id,
-                   wakeups,
-                   std::chrono::nanoseconds(waited),
-                   Outcome::acquired,
-                   true};
+    const AcquireEvent e =
+        detail::acquire_event(a, n, Outcome::acquired, got.id, got.wakeups, waited, true);
     detail::notify(h.opts.observer, [&](Observer& o) {
       o.on_wait_end(e);
       o.on_acquire(e);
@@ -635,8 +480,7 @@ namespace {
   auto failed = [&](Outcome outcome) -> std::optional<Permit> {
     a.hdr->stats.try_failures.fetch_add(1, std::memory_order_relaxed);
     if (h.opts.observer) {
-      AcquireEvent e{a.key,   a.capacity(), n, a.used(), 0, 0, std::chrono::nanoseconds(0),
-                     outcome, false};
+      const AcquireEvent e = detail::acquire_event(a, n, outcome);
       detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
     }
     return std::nullopt;
@@ -676,9 +520,7 @@ Permit permit_access::observed_fast(handle& h, int n, std::int64_t ttl_ms, bool 
   Permit p = make(h, g.slot, g.gen, g.id, n, ttl_ms, renew, g.now_ns, true);
   if (h.opts.observer) {
     attachment& a = *h.att;
-    AcquireEvent e{
-        a.key, a.capacity(), n, a.used(), g.id, 0, std::chrono::nanoseconds(0), Outcome::acquired,
-        false};
+    const AcquireEvent e = detail::acquire_event(a, n, Outcome::acquired, g.id);
     detail::notify(h.opts.observer, [&](Observer& o) { o.on_acquire(e); });
   }
   return p;
@@ -753,88 +595,14 @@ double Semaphore::utilization_smoothed() const noexcept {
   return h_->att->ewma_sample(detail::lease_clock());
 }
 
-namespace {
-void read_histogram(const detail::layout::shared_histogram& in, Histogram& out) {
-  for (std::size_t i = 0; i < out.counts.size(); ++i)
-    out.counts[i] = in.counts[i].load(std::memory_order_relaxed);
-  out.sum_seconds = static_cast<double>(in.sum_ns.load(std::memory_order_relaxed)) / 1e9;
-}
-}  // namespace
-
 Stats Semaphore::stats() const {
   if (h_->remote) return detail::redis::stats(*h_);
-  const attachment& a = *h_->att;
-  const auto& s = a.hdr->stats;
-  Stats out;
-  auto rd = [](const std::atomic<std::uint64_t>& v) { return v.load(std::memory_order_relaxed); };
-  out.acquired = rd(s.acquired);
-  out.released = rd(s.released);
-  out.timeouts = rd(s.timeouts);
-  out.cancelled = rd(s.cancelled);
-  out.shutdowns = rd(s.shutdowns);
-  out.rejected = rd(s.rejected);
-  out.try_failures = rd(s.try_failures);
-  out.reaped = rd(s.reaped);
-  out.expired = rd(s.expired);
-  out.force_released = rd(s.force_released);
-  out.reclaimed_seats = rd(s.reclaimed_seats);
-  out.recoveries = rd(s.recoveries);
-  out.errors = rd(s.errors);
-  read_histogram(s.wait, out.wait);
-  read_histogram(s.hold, out.hold);
-  // The fast path's counters, one record per thread: every grant there is
-  // immediate (a wait of 0), every release there a hold sample.
-  const std::uint32_t nt = a.thread_count();
-  for (std::uint32_t t = 0; t < nt; ++t) {
-    const auto& r = a.threads[t];
-    const std::uint64_t acquired = rd(r.acquired);
-    out.acquired += acquired;
-    out.wait.counts[0] += acquired;
-    for (std::size_t i = 0; i < out.hold.counts.size(); ++i) {
-      const std::uint64_t c = rd(r.hold_counts[i]);
-      out.hold.counts[i] += c;
-      out.released += c;
-    }
-    out.hold.sum_seconds += static_cast<double>(rd(r.hold_sum_ns)) / 1e9;
-  }
-  return out;
+  return detail::read_stats(*h_->att);
 }
 
 std::vector<Holder> Semaphore::holders() const {
   if (h_->remote) return detail::redis::holders(*h_);
-  const attachment& a = *h_->att;
-  std::vector<Holder> out;
-  const std::int64_t now = detail::lease_clock();
-  const std::uint32_t hwm = a.hdr->lease_hwm.load(std::memory_order_acquire);
-  std::vector<std::int8_t> alive(a.hdr->holder_slots.load(std::memory_order_relaxed), -1);
-  for (std::uint32_t i = 0; i < hwm; ++i) {
-    const auto& l = a.leases[i];
-    const std::uint64_t st = l.state.load(std::memory_order_acquire);
-    if (detail::layout::state_kind(st) != detail::layout::kSlotHeld) continue;
-    Holder h;
-    h.permit_id = l.id.load(std::memory_order_relaxed);
-    h.weight = l.weight.load(std::memory_order_relaxed);
-    const std::uint32_t holder = l.holder.load(std::memory_order_relaxed);
-    const std::int64_t acquired = l.acquired_ns.load(std::memory_order_relaxed);
-    const std::int64_t exp = l.expires_ns.load(std::memory_order_acquire);
-    if (l.state.load(std::memory_order_relaxed) != st) continue;  // changed under us
-    h.acquired_at = Permit::clock::time_point(std::chrono::nanoseconds(acquired));
-    if (exp) h.expires_at = Permit::clock::time_point(std::chrono::nanoseconds(exp));
-    if (holder < alive.size()) {
-      const auto& rec = a.holders[holder];
-      if (rec.pid_ns.load(std::memory_order_relaxed) == a.pid_ns)
-        h.pid = rec.pid.load(std::memory_order_relaxed);
-      else
-        h.foreign_namespace = true;
-      if (alive[holder] < 0) alive[holder] = a.holder_alive(holder) ? 1 : 0;
-    }
-    if (exp && exp <= now)
-      h.state = HolderState::expired;
-    else if (holder >= alive.size() || alive[holder] == 0)
-      h.state = HolderState::dead;
-    out.push_back(h);
-  }
-  return out;
+  return detail::list_holders(*h_->att);
 }
 
 Snapshot Semaphore::snapshot() const {
@@ -911,22 +679,7 @@ int Semaphore::force_release_all(std::optional<std::chrono::milliseconds> lock_t
   attachment& a = *h_->att;
   segment_lock lk(a, lock_deadline(lock_timeout));
   require_lock(a, lk, "force_release_all()", lock_timeout);
-  const std::int64_t now = detail::lease_clock();
-  int displaced = 0;
-  const std::uint32_t hwm = a.hdr->lease_hwm.load(std::memory_order_relaxed);
-  for (std::uint32_t i = 0; i < hwm; ++i) {
-    const auto& l = a.leases[i];
-    const std::uint64_t st = l.state.load(std::memory_order_acquire);
-    if (detail::layout::state_kind(st) != detail::layout::kSlotHeld) continue;
-    const std::int64_t exp = l.expires_ns.load(std::memory_order_relaxed);
-    if (exp && exp <= now) {
-      a.end_lease(i, st, detail::layout::kLostExpired, now, lk.wakes);
-    } else if (!a.holder_alive(l.holder.load(std::memory_order_relaxed))) {
-      a.end_lease(i, st, detail::layout::kLostReaped, now, lk.wakes);
-    } else if (a.end_lease(i, st, detail::layout::kLostForceReleased, now, lk.wakes)) {
-      ++displaced;
-    }
-  }
+  const int displaced = detail::force_release_all(a, detail::lease_clock(), lk.wakes);
   if (displaced > 0)
     detail::log().warn("semaphore '{}': force_release_all displaced {} live lease{}", a.key,
                        displaced, displaced == 1 ? "" : "s");

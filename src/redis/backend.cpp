@@ -13,6 +13,7 @@
 
 #include "handle.hpp"
 #include "log.hpp"
+#include "reasons.hpp"
 #include "redis/scripts.hpp"
 #include "redis/session.hpp"
 #include "redis/url.hpp"
@@ -326,11 +327,11 @@ AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const st
     std::lock_guard g(s.mu);
     cap = s.last_cap;
   }
-  static constexpr const char* kWhat[] = {"timed out", "cancelled", "shut down", nullptr,
-                                          "Redis error"};
   std::string msg = "shmsem: cannot acquire " + seats(n) + " of '" + s.where.display + "': ";
+  // The table's words, but a Redis error is not a segment error.
   msg += r == Reason::exceeds_capacity ? "more than the capacity of " + std::to_string(cap)
-                                       : kWhat[static_cast<int>(r)];
+         : r == Reason::error          ? std::string("Redis error")
+                                       : std::string(info_of(r)->what);
   if (!detail.empty()) msg += ": " + detail;
   return AcquisitionError(r, msg, std::move(cause));
 }
@@ -339,11 +340,9 @@ AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const st
 [[noreturn]] void fail(const handle& h, semaphore_state& s, Reason r, int n, bool waited,
                        std::int64_t started, std::uint32_t wakeups, const std::string& detail = {},
                        std::exception_ptr cause = nullptr) {
-  static constexpr Outcome kOutcome[] = {Outcome::timeout, Outcome::cancelled, Outcome::shutdown,
-                                         Outcome::exceeds_capacity, Outcome::error};
   if (h.opts.observer) {
     const AcquireEvent e =
-        event(s, n, 0, kOutcome[static_cast<int>(r)], waited,
+        event(s, n, 0, info_of(r)->outcome, waited,
               std::chrono::nanoseconds(sys::precise_now_ns() - started), wakeups);
     notify(h.opts.observer, [&](Observer& o) {
       if (waited) o.on_wait_end(e);
