@@ -1,3 +1,6 @@
+// sys/socket.cpp: the Redis backend's own socket, eventfd and poll calls
+// (see socket.hpp).
+
 #include "sys/socket.hpp"
 
 #include <sys/eventfd.h>
