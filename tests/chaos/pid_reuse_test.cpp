@@ -1,7 +1,9 @@
 // pid_reuse_test.cpp: a dead holder whose PID now belongs to a live,
-// unrelated process is still reaped. pid_max is 32768 on these machines, so
-// the test forks short-lived processes until the kernel hands the dead
-// holder's PID to one of them, and keeps that one alive.
+// unrelated process is still reaped. The test gets the dead holder's PID
+// for a process of its own, and keeps that one alive: as root through
+// /proc/sys/kernel/ns_last_pid, otherwise by forking short-lived processes
+// until the kernel hands the PID out again (pid_max is 32768 on these
+// machines).
 #include <shmsem/shmsem.hpp>
 
 #include <gtest/gtest.h>
@@ -25,6 +27,15 @@ long pid_max() {
     std::fclose(f);
   }
   return v;
+}
+
+// Makes `pid` the last PID handed out in this PID namespace, so that the
+// next fork gets pid + 1. Needs CAP_SYS_ADMIN; false without it.
+bool set_last_pid(pid_t pid) {
+  FILE* f = std::fopen("/proc/sys/kernel/ns_last_pid", "w");
+  if (!f) return false;
+  const bool ok = std::fprintf(f, "%d", static_cast<int>(pid)) > 0;
+  return std::fclose(f) == 0 && ok;
 }
 
 // Uses up one PID, cheaply. vfork() gets a frame of its own, so that the
@@ -66,6 +77,20 @@ TEST(PidReuse, DeadHolderWhosePidIsReusedIsStillReaped) {
     return f;
   };
   pid_t impostor = -1;
+  // As root, ask for the PID outright: the kernel hands out ns_last_pid + 1
+  // next (what checkpoint/restore tools use). Other tests fork at the same
+  // time (ctest -j2), so one of theirs may take it first: ask again.
+  for (int i = 0; i < 1000 && impostor < 0 && set_last_pid(dead - 1); ++i) {
+    const pid_t f = fork_maybe_impostor();
+    ASSERT_GE(f, 0) << "fork failed";
+    if (f == dead) {
+      impostor = f;
+    } else {
+      int st;
+      ::waitpid(f, &st, 0);
+    }
+  }
+  // Otherwise cycle through the PIDs until the next one is `dead`.
   const long tries = 3 * pid_max();
   for (long i = 0; i < tries && impostor < 0; ++i) {
     const pid_t c = burn_one_pid();
