@@ -65,10 +65,11 @@ void lapse_and_regrant(Semaphore& sem, test::pipe_channel& b_up) {
 
 TEST(LapsedGrant, IsNotHandedOutAndTheWaiterQueuesFirstAgain) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 1);
-  Permit mine = sem.acquire();
-  test::pipe_channel a_up, a_down, b_up, b_down;
+  test::pipe_channel go, a_up, a_down, b_up, b_down;
+  // A is forked before this process opens the semaphore, which starts the
+  // library's thread (docs/testing.md says why a test forks first).
   test::child_process a([&] {
+    go.receive(std::chrono::minutes(2));
     Semaphore s = Semaphore::attach(key);
     Permit p = s.acquire(1, {.ttl = kTtl, .wait_timeout = 60s});
     a_up.send(p.is_held() ? 'g' : 'x');
@@ -76,6 +77,9 @@ TEST(LapsedGrant, IsNotHandedOutAndTheWaiterQueuesFirstAgain) {
     p.release();
     return 0;
   });
+  Semaphore sem = Semaphore::open(key, 1);
+  Permit mine = sem.acquire();
+  go.send();
   ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
   a.kill(SIGSTOP);
   ASSERT_TRUE(test::eventually([&] { return test::is_stopped(a.pid()); }));
@@ -110,10 +114,9 @@ TEST(LapsedGrant, IsNotHandedOutAndTheWaiterQueuesFirstAgain) {
 // give back B's.
 TEST(LapsedGrant, ACancelledWaiterNeverEndsTheLeaseNowInItsSlot) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 1);
-  Permit mine = sem.acquire();
-  test::pipe_channel a_up, b_up, b_down, cancel;
+  test::pipe_channel go, a_up, b_up, b_down, cancel;
   test::child_process a([&] {
+    go.receive(std::chrono::minutes(2));
     Semaphore s = Semaphore::attach(key);
     detail::testing::set_hook(stop_at_leaving);
     std::stop_source stop;
@@ -132,6 +135,9 @@ TEST(LapsedGrant, ACancelledWaiterNeverEndsTheLeaseNowInItsSlot) {
     a_up.send(outcome);
     return 0;
   });
+  Semaphore sem = Semaphore::open(key, 1);
+  Permit mine = sem.acquire();
+  go.send();
   ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
   cancel.send();
   // A stops itself between "cancelled" and taking the lock to leave.
