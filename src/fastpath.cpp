@@ -64,8 +64,12 @@ void after_release(attachment& a, thread_entry& e, lease_slot& l, std::uint64_t 
   }
   if (!queued && !full) return;
   try {
-    segment_lock lk(a, sys::kNever);
-    if (queued) a.grant_queued(lease_clock(), lk.wakes);
+    // Waiting for the lock to serve the queue would put the seats behind
+    // every process queued on the lock (a herd joining the queue). Whoever
+    // holds it serves the queue before it lets go: we, if it is free.
+    if (queued) a.hdr->grants_due.store(1);
+    segment_lock lk(a, full ? sys::kNever : sys::kNoWait);
+    if (!lk.owns()) return;
     if (full) {
       // Releases outrun acquires on this thread: half the cache goes back
       // to the free list, for whoever needs it.

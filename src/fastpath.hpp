@@ -141,9 +141,9 @@ inline thread_entry* local_entry(const attachment& a) noexcept {
 inline constexpr std::int64_t kReadExpiry = -1;
 
 /// The rare rest of a lock-free release (the slot still says releasing):
-/// hands the seats to queued waiters, wakes wait_idle() callers, or gives
-/// surplus cached slots back to the free list. `g` is the gate the release
-/// replaced.
+/// hands the seats to queued waiters (or leaves that to the lock's holder),
+/// wakes wait_idle() callers, or gives surplus cached slots back to the free
+/// list. `g` is the gate the release replaced.
 void after_release(attachment& a, thread_entry& e, layout::lease_slot& l, std::uint64_t gen,
                    std::uint64_t g, std::int32_t n) noexcept;
 

@@ -43,6 +43,11 @@
 //   "held, gen g" cannot succeed on a later lease in the same slot.
 // - thread records: each is written by its one thread only (plain stores to
 //   its counters); readers sum them.
+// - a waiter slot is the queue's while kWaiting, and its waiter's once
+//   kGranted: the waiter that finds its lease held moves it to kLeft without
+//   the lock, and a lock holder short of free slots takes kLeft ones back.
+// - `grants_due` and `left_waiters` are set without the lock and read by
+//   its holder (see their fields).
 // - everything else is written only under `mutex`, by whichever process
 //   holds it. Fields that are read WITHOUT the lock are std::atomic, so a
 //   lock-free reader sees either the old or the new value of each; the
@@ -92,7 +97,7 @@
 namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 3;
+inline constexpr std::uint32_t kLayoutVersion = 4;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kMaxKeySize = 255;
 
@@ -138,6 +143,9 @@ enum waiter_state : std::uint32_t {
   kWaiting = 1,   // in the queue
   kGranted = 2,   // the lease in `lease` is the waiter's; it frees the slot
   kRejected = 3,  // its weight exceeds the capacity after a shrink
+  // Granted, and its waiter took the lease and left without the lock: the
+  // slot is free for whoever holds the lock (take_back_left_waiters).
+  kLeft = 4,
 };
 
 /// Why a lease ended without a release by its holder.
@@ -294,6 +302,12 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::uint32_t> lease_hwm;    // slots [0, hwm) have been handed out at least once
   std::atomic<std::uint64_t> ewma;         // ewma_word(): time-based EWMA of used/capacity
   std::atomic<std::uint32_t> idle_seq;     // futex word bumped when used drops to 0
+  // Non-zero: a release gave seats back while waiters were queued and found
+  // the lock taken. Whoever holds the lock serves the queue before it lets
+  // go (segment_lock), so the seats do not wait for the lock.
+  std::atomic<std::uint32_t> grants_due;
+  // Waiter slots in kLeft: a hint of how many a scan would take back.
+  std::atomic<std::int32_t> left_waiters;
 
   // --- written and read only under the lock ------------------------------
   std::uint32_t free_lease;  // head of the free lease list (1-based), kNil: take from hwm

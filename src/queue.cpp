@@ -23,6 +23,14 @@ std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t
                                   std::int64_t now) {
   if (hdr->free_waiter == kNil) {
     const std::uint32_t n = hdr->waiter_slots.load();
+    // Slots left by granted waiters are taken back once they are a quarter
+    // of the table (so that a scan pays for itself), or when it cannot grow.
+    if (n >= kMaxWaiters ||
+        hdr->left_waiters.load(std::memory_order_relaxed) >= static_cast<std::int32_t>(n / 4))
+      take_back_left_waiters();
+  }
+  if (hdr->free_waiter == kNil) {
+    const std::uint32_t n = hdr->waiter_slots.load();
     if (n >= kMaxWaiters)
       fail(errc::too_many, "all " + std::to_string(kMaxWaiters) +
                                " waiter slots are in use (at most that many acquires can wait "
@@ -38,7 +46,6 @@ std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t
   s.ttl_ms = static_cast<std::int32_t>(ttl_ms);
   s.enqueued_ns = now;
   s.ticket = hdr->next_ticket++;
-  add(holders[holder].waiting, 1);
   link_last(w);
   return w;
 }
@@ -58,6 +65,7 @@ void attachment::link_last(std::uint32_t w) {
   hdr->queue_tail.store(w + 1, std::memory_order_relaxed);
   s.state.store(kWaiting, std::memory_order_release);
   add(hdr->waiters, 1);
+  count_queued(s, 1);
   // From now on the fast path stands aside, and its releases come here to
   // hand their seats to the queue.
   if (tail == kNil) set_gate_flags(kGateQueued, 0);
@@ -81,6 +89,7 @@ void attachment::requeue_first(std::uint32_t w, std::int64_t now, wake_list& wak
   hdr->queue_head.store(w + 1, std::memory_order_relaxed);
   s.state.store(kWaiting, std::memory_order_release);
   add(hdr->waiters, 1);
+  count_queued(s, 1);
   set_gate_flags(kGateQueued, 0);
   grant_queued(now, wakes);
   wake_new_watchers(before, wakes);
@@ -101,6 +110,7 @@ void attachment::dequeue(std::uint32_t w) {
   s.prev.store(kNil, std::memory_order_relaxed);
   s.next.store(kNil, std::memory_order_relaxed);
   add(hdr->waiters, -1);
+  count_queued(s, -1);
   if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) set_gate_flags(0, kGateQueued);
 }
 
@@ -111,11 +121,31 @@ void attachment::free_waiter(std::uint32_t w, wake_list& wakes) {
     dequeue(w);
     wake_new_watchers(before, wakes);
   }
+  if (s.state.load(std::memory_order_relaxed) == kLeft) hdr->left_waiters.fetch_sub(1);
   s.state.store(kWaiterFree, std::memory_order_release);
-  const std::uint32_t holder = s.holder.load(std::memory_order_relaxed);
-  if (holder < hdr->holder_slots.load() && holders[holder].waiting.load() > 0)
-    add(holders[holder].waiting, -1);
   push_free_waiter(w);
+}
+
+void attachment::count_queued(const waiter_slot& s, int delta) {
+  // Only queued waiters count: once granted, the holder owes its lease
+  // (holder_record::leases), and a waiter that leaves without the lock
+  // must not have a count to fix.
+  const std::uint32_t holder = s.holder.load(std::memory_order_relaxed);
+  if (holder >= hdr->holder_slots.load()) return;
+  std::atomic<std::uint32_t>& waiting = holders[holder].waiting;
+  if (delta > 0 || waiting.load(std::memory_order_relaxed) > 0) add(waiting, delta);
+}
+
+void attachment::take_back_left_waiters() {
+  const std::uint32_t n = hdr->waiter_slots.load();
+  std::int32_t taken = 0;
+  for (std::uint32_t w = n; w-- > 0;) {
+    if (waiters[w].state.load(std::memory_order_acquire) != kLeft) continue;
+    waiters[w].state.store(kWaiterFree, std::memory_order_relaxed);
+    push_free_waiter(w);
+    ++taken;
+  }
+  hdr->left_waiters.fetch_sub(taken);
 }
 
 void attachment::push_free_waiter(std::uint32_t w) {
@@ -191,6 +221,11 @@ bool attachment::take_grant(std::uint32_t w, std::int64_t now, std::uint64_t& ge
       // Reclaimed (as expired) meanwhile, its slot perhaps a later lease.
       return false;
   }
+}
+
+void attachment::leave_granted(std::uint32_t w) noexcept {
+  waiters[w].state.store(kLeft, std::memory_order_release);
+  hdr->left_waiters.fetch_add(1);
 }
 
 void attachment::tell(std::uint32_t w, waiter_state state, wake_list& wakes) {
@@ -309,6 +344,21 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
     {
       [[maybe_unused]] const std::string_view key = a.key;
       SHMSEM_HOOK(leaving);
+    }
+    if (granted) {
+      // The usual end: the grant is still held, and the slot is ours alone
+      // since it was granted. Taking the lock again only to give the slot
+      // back would make every served waiter queue behind a herd of new
+      // ones (docs/performance.md, "Fleets").
+      lease = slot.lease.load(std::memory_order_relaxed);
+      gen = slot.lease_gen.load(std::memory_order_relaxed);
+      id = slot.permit_id.load(std::memory_order_relaxed);
+      if (a.holds(lease, gen, id, lease_clock(), nullptr)) {
+        granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
+        pin(a, +1);
+        a.leave_granted(w);
+        break;
+      }
     }
     segment_lock lk(a, sys::kNever);
     const std::int64_t now = lease_clock();

@@ -143,8 +143,27 @@ bool attachment::lock(std::int64_t deadline_ns) {
   return true;
 }
 
-void attachment::unlock() noexcept {
-  sys::robust_mutex_unlock(&hdr->mutex);
+void attachment::unlock(wake_list& wakes) noexcept {
+  for (;;) {
+    // A release that found the lock taken left its seats to us (grants_due).
+    if (hdr->grants_due.load() != 0) {
+      try {
+        if (hdr->grants_due.exchange(0) != 0) grant_queued(lease_clock(), wakes);
+      } catch (const std::exception& e) {
+        log().error("semaphore '{}': {} (serving the queue before unlocking)", key, e.what());
+      }
+    }
+    sys::robust_mutex_unlock(&hdr->mutex);
+    // One that came between that look and the unlock saw the lock still
+    // taken: it is for us, unless a new holder takes it over.
+    if (hdr->grants_due.load() == 0) return;
+    try {
+      if (!lock(sys::kNoWait)) return;
+    } catch (const std::exception& e) {
+      log().error("semaphore '{}': {} (serving the queue after unlocking)", key, e.what());
+      return;
+    }
+  }
 }
 
 void attachment::repair_after_death(bool owner_died) {
@@ -169,7 +188,7 @@ void attachment::repair_after_death(bool owner_died) {
     report_error("repairing the segment after a death failed (" + failure +
                      "); the next process to take the lock repairs again",
                  repair_failing);
-    unlock();
+    sys::robust_mutex_unlock(&hdr->mutex);
     fail(errc::bad_segment, "repairing the segment after a death failed (" + failure +
                                 "); the next process to take the lock repairs again");
   }
@@ -220,12 +239,14 @@ void attachment::repair() {
   for (std::uint32_t i = nw; i-- > 0;) {
     waiter_slot& w = waiters[i];
     const std::uint32_t st = w.state.load();
-    if (st == kWaiterFree) {
+    if (st == kWaiterFree || st == kLeft) {
+      if (st == kLeft) {
+        w.state.store(kWaiterFree);
+        hdr->left_waiters.fetch_sub(1);
+      }
       link_free_waiters(hdr, waiters, i, i + 1);
       continue;
     }
-    const std::uint32_t holder = w.holder.load();
-    if (holder < nh) add(holders[holder].waiting, 1);
     if (st != kWaiting) continue;
     // A handoff cut short: the lease was published for this waiter, which
     // was not yet told. Finish it, or the seat stays with nobody's permit.
@@ -242,6 +263,9 @@ void attachment::repair() {
     else
       queued.push_back(i);
   }
+  for (std::uint32_t w : queued)
+    if (const std::uint32_t holder = waiters[w].holder.load(); holder < nh)
+      add(holders[holder].waiting, 1);
   std::sort(queued.begin(), queued.end(), [this](std::uint32_t a, std::uint32_t b) {
     return waiters[a].ticket < waiters[b].ticket;
   });

@@ -306,6 +306,15 @@ struct attachment {
   void dequeue(std::uint32_t waiter);
   /// [locked] Frees a waiter slot, taking it out of the queue if it is in.
   void free_waiter(std::uint32_t waiter, wake_list& wakes);
+  /// [no lock] Gives back waiter slot `w`, granted a lease that its waiter
+  /// found still held and took: the slot becomes kLeft, for a lock holder
+  /// to take back.
+  void leave_granted(std::uint32_t w) noexcept;
+  /// [locked] Puts every kLeft waiter slot on the free list.
+  void take_back_left_waiters();
+  /// [locked] Counts a waiter that joins (+1) or leaves (-1) the queue for
+  /// its holder (holder_record::waiting).
+  void count_queued(const layout::waiter_slot& s, int delta);
   /// The waiters that watch (1-based, kNil: none): the head, which watches
   /// the holders, and the one behind it, which watches the head. Lock-free
   /// (a hint), or exact under the lock.
@@ -364,7 +373,10 @@ struct attachment {
   /// timeout. Throws SegmentError, with the mutex released, if it cannot be
   /// used (unrecoverable, or the repair failed).
   bool lock(std::int64_t deadline_ns);
-  void unlock() noexcept;
+  /// Serves the queue first if a release left that to the lock holder
+  /// (grants_due), then unlocks; takes the lock back (if it is free) for one
+  /// that came meanwhile. The grants go into `wakes`.
+  void unlock(wake_list& wakes) noexcept;
   /// [locked] Runs repair() after `owner_died` (the mutex is then
   /// inconsistent) or because a repair before failed.
   void repair_after_death(bool owner_died);
@@ -422,7 +434,7 @@ class segment_lock {
   void unlock() noexcept {
     if (!owns_) return;
     owns_ = false;
-    a_.unlock();
+    a_.unlock(wakes);
     a_.wake(wakes);
   }
   wake_list wakes;

@@ -287,9 +287,13 @@ struct permit_access {
 }  // namespace detail
 
 namespace {
+// A lease granted under the lock. Its release goes without the lock where
+// the releasing thread can (fast_release() checks, and falls back to the
+// lock): a release must not wait behind a herd of processes queued on the
+// lock to join the queue.
 Permit make_permit(handle& h, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
-                   const acquisition& q, std::int64_t granted_ns, bool fast = false) {
-  return detail::permit_access::make(h, slot, gen, id, q.n, q.ttl_ms, q.renew, granted_ns, fast);
+                   const acquisition& q, std::int64_t granted_ns) {
+  return detail::permit_access::make(h, slot, gen, id, q.n, q.ttl_ms, q.renew, granted_ns, true);
 }
 
 bool shut_down(const handle& h) {

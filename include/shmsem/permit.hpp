@@ -165,7 +165,7 @@ class SHMSEM_API Permit {
   int weight_ = 0;
   std::uint64_t id_ = 0;
   std::uint64_t gen_ = 0;        // the lease's generation in its slot
-  bool fast_ = false;            // granted without the lock: given back without it too
+  bool fast_ = false;            // a shared-memory lease: release() may go without the lock
   std::int64_t ttl_ms_ = 0;      // 0: no expiry
   std::int64_t expires_ns_ = 0;  // 0: no expiry
   clock::time_point acquired_at_{};

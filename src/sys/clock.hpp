@@ -53,5 +53,7 @@ inline timespec to_timespec(std::int64_t ns) {
 
 /// No deadline.
 inline constexpr std::int64_t kNever = INT64_MAX;
+/// A deadline that has passed before anyone waits: try once, never block.
+inline constexpr std::int64_t kNoWait = 0;
 
 }  // namespace shmsem::sys

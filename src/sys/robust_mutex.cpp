@@ -30,6 +30,9 @@ lock_result robust_mutex_lock(pthread_mutex_t* m, std::int64_t deadline_ns) {
   int e;
   if (deadline_ns == kNever) {
     e = pthread_mutex_lock(m);
+  } else if (deadline_ns == kNoWait) {
+    e = pthread_mutex_trylock(m);
+    if (e == EBUSY) e = ETIMEDOUT;
   } else {
 #if defined(__SANITIZE_THREAD__)
     // ThreadSanitizer (GCC 12) does not intercept pthread_mutex_clocklock

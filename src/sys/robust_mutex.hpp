@@ -17,7 +17,7 @@ enum class lock_result { locked, owner_died, timed_out, unrecoverable };
 int robust_mutex_init(pthread_mutex_t* m);
 
 /// Locks, waiting at most until the absolute CLOCK_MONOTONIC deadline
-/// (kNever: without limit).
+/// (kNever: without limit; kNoWait: only if it is free now).
 lock_result robust_mutex_lock(pthread_mutex_t* m, std::int64_t deadline_ns);
 
 /// Marks the state repaired after owner_died. Returns errno or 0.

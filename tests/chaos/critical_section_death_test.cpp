@@ -37,7 +37,9 @@ int die_in_critical_section(const std::string& key, point p) {
   armed = true;
   detail::testing::set_hook(die_here);
   if (p == point::mid_release)
-    held.release();
+    // From a thread that never used the semaphore: it has no lock-free
+    // state, so its release ends the lease under the lock.
+    std::thread([&held] { held.release(); }).join();
   else
     (void)sem.acquire(1);
   return 1;  // survived: the hook did not fire

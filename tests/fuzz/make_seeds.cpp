@@ -2,9 +2,12 @@
 // segments. Each seed is the first page of a segment caught in one state
 // (fresh, held, queued waiters, a killed holder, grown, shrunk, ...),
 // framed the way segment_fuzz.cpp reads its input: a flags byte, a 4-byte
-// file size selector, then the page. Run it after every layout change:
+// file size selector, then the page. Run it after every layout change, from
+// a build tree that has it (the default test folders leave fuzz out):
 //
-//   build/tests/fuzz/segment-fuzz-seeds tests/fuzz/corpus/segment_fuzz
+//   cmake -S . -B build-seeds -DSHMSEM_TEST_DIRS=fuzz
+//   cmake --build build-seeds --target segment-fuzz-seeds
+//   build-seeds/tests/fuzz/segment-fuzz-seeds tests/fuzz/corpus/segment_fuzz
 //
 // It replaces the seeds named v<layout>-*.seed and leaves the others.
 #include <shmsem/shmsem.hpp>

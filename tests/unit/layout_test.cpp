@@ -36,15 +36,17 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(segment_header, lease_hwm), 404u);
   EXPECT_EQ(offsetof(segment_header, ewma), 408u);
   EXPECT_EQ(offsetof(segment_header, idle_seq), 416u);
-  EXPECT_EQ(offsetof(segment_header, free_lease), 420u);
-  EXPECT_EQ(offsetof(segment_header, queue_head), 424u);
-  EXPECT_EQ(offsetof(segment_header, queue_tail), 428u);
-  EXPECT_EQ(offsetof(segment_header, free_holder), 432u);
-  EXPECT_EQ(offsetof(segment_header, next_permit_id), 440u);
-  EXPECT_EQ(offsetof(segment_header, next_ticket), 448u);
-  EXPECT_EQ(offsetof(segment_header, resettle_due_ns), 456u);
-  EXPECT_EQ(offsetof(segment_header, resettle_backoff_ns), 464u);
-  EXPECT_EQ(offsetof(segment_header, free_waiter), 472u);
+  EXPECT_EQ(offsetof(segment_header, grants_due), 420u);
+  EXPECT_EQ(offsetof(segment_header, left_waiters), 424u);
+  EXPECT_EQ(offsetof(segment_header, free_lease), 428u);
+  EXPECT_EQ(offsetof(segment_header, queue_head), 432u);
+  EXPECT_EQ(offsetof(segment_header, queue_tail), 436u);
+  EXPECT_EQ(offsetof(segment_header, free_holder), 440u);
+  EXPECT_EQ(offsetof(segment_header, next_permit_id), 448u);
+  EXPECT_EQ(offsetof(segment_header, next_ticket), 456u);
+  EXPECT_EQ(offsetof(segment_header, resettle_due_ns), 464u);
+  EXPECT_EQ(offsetof(segment_header, resettle_backoff_ns), 472u);
+  EXPECT_EQ(offsetof(segment_header, free_waiter), 480u);
   EXPECT_EQ(offsetof(segment_header, stats), 512u);
 
   EXPECT_EQ(offsetof(holder_record, state), 0u);
@@ -102,7 +104,7 @@ TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kThreadsOffset % 4096u, 2048u);
   EXPECT_EQ(kLeasesOffset % 4096u, 0u);
   EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
-  EXPECT_EQ(kLayoutVersion, 3u);
+  EXPECT_EQ(kLayoutVersion, 4u);
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
 }
 
