@@ -46,6 +46,10 @@
 // - a waiter slot is the queue's while kWaiting, and its waiter's once
 //   kGranted: the waiter that finds its lease held moves it to kLeft without
 //   the lock, and a lock holder short of free slots takes kLeft ones back.
+//   A waiter that gives up moves its slot from kWaiting to kAbandoned by
+//   CAS, without the lock; a lock holder moves it to kServing by CAS before
+//   it grants, so exactly one of them wins. The lock holder unlinks
+//   abandoned slots.
 // - `grants_due` and `left_waiters` are set without the lock and read by
 //   its holder (see their fields).
 // - everything else is written only under `mutex`, by whichever process
@@ -146,7 +150,17 @@ enum waiter_state : std::uint32_t {
   // Granted, and its waiter took the lease and left without the lock: the
   // slot is free for whoever holds the lock (take_back_left_waiters).
   kLeft = 4,
+  // Its waiter gave up (timeout, cancellation, shutdown) without the lock:
+  // still linked in the queue until a lock holder unlinks and frees it.
+  kAbandoned = 5,
+  // A lock holder is granting it seats: the waiter cannot give up now, and
+  // waits for kGranted (or kWaiting again, if the grant failed).
+  kServing = 6,
 };
+
+/// The bits of segment_header::grants_due.
+inline constexpr std::uint32_t kDueGrants = 1;     // a release gave seats back to a queue
+inline constexpr std::uint32_t kDueAbandoned = 2;  // a waiter gave up: unlink its slot
 
 /// Why a lease ended without a release by its holder.
 enum lost_reason : std::uint32_t {
@@ -302,9 +316,9 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::uint32_t> lease_hwm;    // slots [0, hwm) have been handed out at least once
   std::atomic<std::uint64_t> ewma;         // ewma_word(): time-based EWMA of used/capacity
   std::atomic<std::uint32_t> idle_seq;     // futex word bumped when used drops to 0
-  // Non-zero: a release gave seats back while waiters were queued and found
-  // the lock taken. Whoever holds the lock serves the queue before it lets
-  // go (segment_lock), so the seats do not wait for the lock.
+  // Work left to the lock's holder by callers that did not wait for the
+  // lock (kDueGrants, kDueAbandoned); it does it before it lets go
+  // (attachment::unlock), so the seats do not wait for the lock.
   std::atomic<std::uint32_t> grants_due;
   // Waiter slots in kLeft: a hint of how many a scan would take back.
   std::atomic<std::int32_t> left_waiters;

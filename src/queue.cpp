@@ -8,6 +8,7 @@
 
 #include "fastpath.hpp"
 #include "handle.hpp"
+#include "log.hpp"
 #include "queue.hpp"
 #include "segment.hpp"
 #include "segment_shared.hpp"
@@ -110,13 +111,15 @@ void attachment::dequeue(std::uint32_t w) {
   s.prev.store(kNil, std::memory_order_relaxed);
   s.next.store(kNil, std::memory_order_relaxed);
   add(hdr->waiters, -1);
-  count_queued(s, -1);
+  // A waiter that gave up lowered its holder's count itself.
+  if (s.state.load(std::memory_order_relaxed) != kAbandoned) count_queued(s, -1);
   if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) set_gate_flags(0, kGateQueued);
 }
 
 void attachment::free_waiter(std::uint32_t w, wake_list& wakes) {
   waiter_slot& s = waiters[w];
-  if (s.state.load(std::memory_order_relaxed) == kWaiting) {
+  if (const std::uint32_t st = s.state.load(std::memory_order_relaxed);
+      st == kWaiting || st == kAbandoned) {
     const watchers before = queue_watchers();
     dequeue(w);
     wake_new_watchers(before, wakes);
@@ -132,8 +135,28 @@ void attachment::count_queued(const waiter_slot& s, int delta) {
   // must not have a count to fix.
   const std::uint32_t holder = s.holder.load(std::memory_order_relaxed);
   if (holder >= hdr->holder_slots.load()) return;
+  // Read-modify-write: a waiter that gives up lowers its count without
+  // the lock (give_up()).
   std::atomic<std::uint32_t>& waiting = holders[holder].waiting;
-  if (delta > 0 || waiting.load(std::memory_order_relaxed) > 0) add(waiting, delta);
+  if (delta > 0)
+    waiting.fetch_add(1);
+  else if (waiting.load(std::memory_order_relaxed) > 0)
+    waiting.fetch_sub(1);
+}
+
+void attachment::drop_abandoned(wake_list& wakes) {
+  const watchers before = queue_watchers();
+  std::uint32_t w = before.head;
+  while (w != kNil) {
+    const std::uint32_t next = waiters[w - 1].next.load(std::memory_order_relaxed);
+    if (waiters[w - 1].state.load(std::memory_order_acquire) == kAbandoned) {
+      dequeue(w - 1);
+      waiters[w - 1].state.store(kWaiterFree, std::memory_order_relaxed);
+      push_free_waiter(w - 1);
+    }
+    w = next;
+  }
+  wake_new_watchers(before, wakes);
 }
 
 void attachment::take_back_left_waiters() {
@@ -180,12 +203,24 @@ void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
     const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
     if (head == kNil) break;
     waiter_slot& s = waiters[head - 1];
+    if (s.state.load(std::memory_order_acquire) == kAbandoned) {
+      drop_abandoned(wakes);
+      continue;
+    }
     // Strict FIFO: a head that does not fit holds back everyone behind it.
     if (!admit(s.weight, true)) break;
+    // Ours to serve, unless its waiter gave up since we looked.
+    std::uint32_t queued = kWaiting;
+    if (!s.state.compare_exchange_strong(queued, kServing, std::memory_order_acq_rel)) {
+      give_back(s.weight);
+      drop_abandoned(wakes);
+      continue;
+    }
     std::uint64_t id = 0, gen = 0;
     try {
       grant(s.holder.load(std::memory_order_relaxed), s.weight, s.ttl_ms, now, id, gen, &s);
     } catch (const SegmentError& e) {
+      tell(head - 1, kWaiting, wakes);  // a waiter about to give up waits for this
       // No lease slot for it (a full /dev/shm, or every slot in use): the
       // seats went back to the gate and it stays first in line. Whoever
       // releases, or the head's own timer, tries again; the caller here
@@ -223,6 +258,35 @@ bool attachment::take_grant(std::uint32_t w, std::int64_t now, std::uint64_t& ge
   }
 }
 
+bool attachment::give_up(std::uint32_t w) noexcept {
+  waiter_slot& s = waiters[w];
+  // Read first: once abandoned, the slot may be freed and taken at once.
+  const std::uint32_t holder = s.holder.load(std::memory_order_relaxed);
+  for (bool waited = false;; waited = true) {
+    const std::uint32_t seq = s.seq.load(std::memory_order_acquire);
+    std::uint32_t st = kWaiting;
+    if (s.state.compare_exchange_strong(st, kAbandoned, std::memory_order_acq_rel)) break;
+    // A lock holder is deciding our fate right now: its answer comes at
+    // once. If it does not (it died there, or was stopped), the caller
+    // leaves under the lock, which repairs after a death.
+    if (st != kServing || waited) return false;
+    sys::futex_wait(&s.seq, seq, sys::precise_now_ns() + kServingWaitNs);
+  }
+  if (holder < hdr->holder_slots.load()) {
+    std::atomic<std::uint32_t>& waiting = holders[holder].waiting;
+    if (waiting.load(std::memory_order_relaxed) > 0) waiting.fetch_sub(1);
+  }
+  // The slot is unlinked by whoever holds the lock when it lets go: by us,
+  // if nobody holds it now.
+  hdr->grants_due.fetch_or(kDueAbandoned);
+  try {
+    segment_lock lk(*this, sys::kNoWait);
+  } catch (const std::exception& e) {
+    log().error("semaphore '{}': {} (leaving the queue)", key, e.what());
+  }
+  return true;
+}
+
 void attachment::leave_granted(std::uint32_t w) noexcept {
   waiters[w].state.store(kLeft, std::memory_order_release);
   hdr->left_waiters.fetch_add(1);
@@ -241,13 +305,15 @@ void attachment::reject_oversized(wake_list& wakes) {
   while (w != kNil) {
     waiter_slot& s = waiters[w - 1];
     const std::uint32_t next = s.next.load(std::memory_order_relaxed);
-    if (s.weight > cap) {
+    std::uint32_t queued = kWaiting;
+    if (s.weight > cap && s.state.compare_exchange_strong(queued, kServing)) {
       dequeue(w - 1);
       SHMSEM_HOOK(mid_handoff);
       tell(w - 1, kRejected, wakes);
     }
     w = next;
   }
+  drop_abandoned(wakes);
   wake_new_watchers(before, wakes);
 }
 
@@ -264,6 +330,7 @@ bool attachment::watch(std::int64_t now) const {
 bool attachment::head_gone() const {
   const std::uint32_t head = hdr->queue_head.load(std::memory_order_acquire);
   if (head == kNil || head > hdr->waiter_slots.load(std::memory_order_relaxed)) return false;
+  if (waiters[head - 1].state.load(std::memory_order_acquire) == kAbandoned) return true;
   const std::uint32_t h = waiters[head - 1].holder.load(std::memory_order_relaxed);
   if (h >= std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders)) return false;
   return holders[h].state.load(std::memory_order_acquire) == kHolderAttached && holder_gone(h);
@@ -345,7 +412,12 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
       [[maybe_unused]] const std::string_view key = a.key;
       SHMSEM_HOOK(leaving);
     }
-    if (granted) {
+    // Given up while still queued: out without the lock, which a stopped
+    // process may hold for as long as it likes.
+    if (!granted && reason != Reason::exceeds_capacity && a.give_up(w)) break;
+    // A grant that arrived as the budget ran out is still a grant.
+    if (slot.state.load(std::memory_order_acquire) == layout::kGranted &&
+        (granted || reason == Reason::timeout)) {
       // The usual end: the grant is still held, and the slot is ours alone
       // since it was granted. Taking the lock again only to give the slot
       // back would make every served waiter queue behind a herd of new
@@ -354,6 +426,7 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
       gen = slot.lease_gen.load(std::memory_order_relaxed);
       id = slot.permit_id.load(std::memory_order_relaxed);
       if (a.holds(lease, gen, id, lease_clock(), nullptr)) {
+        granted = true;
         granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
         pin(a, +1);
         a.leave_granted(w);

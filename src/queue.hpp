@@ -25,6 +25,11 @@ inline constexpr std::int64_t kSecondTickNs = 500'000'000;
 // second died together (a host's OOM killer takes several at once).
 inline constexpr std::int64_t kOtherTickNs = 2'000'000'000;
 
+// How long a waiter that gives up waits for a lock holder that is granting
+// it seats at that moment (a few microseconds of work) before it leaves
+// under the lock instead.
+inline constexpr std::int64_t kServingWaitNs = 10'000'000;
+
 /// What a wait in the queue came to.
 struct queue_wait {
   bool granted = false;
@@ -39,12 +44,13 @@ struct queue_wait {
 /// [no lock held] Sleeps on waiter slot `w`, queued for `n` seats, until it
 /// is granted or rejected, `stop` is requested, `shut` or shutdown_all()
 /// shuts it down, or the absolute `deadline` passes; meanwhile it keeps the
-/// watch its place in the queue gives it. Then it leaves the queue under the
-/// lock (waiting for it without limit) and frees `w`: a grant is kept (and
-/// pinned) if it came in time, given back if the wait was cancelled or shut
-/// down; a grant whose TTL ran out before it was taken puts the waiter back
-/// at the head of the queue while the budget lasts. Throws SegmentError if
-/// the lock cannot be used.
+/// watch its place in the queue gives it. Then it leaves the queue: without
+/// the lock when it gave up while still queued, or took a grant still held;
+/// otherwise under the lock (waiting for it without limit). A grant is kept
+/// (and pinned) if it came in time, given back if the wait was cancelled or
+/// shut down; a grant whose TTL ran out before it was taken puts the waiter
+/// back at the head of the queue while the budget lasts. Throws
+/// SegmentError if the lock cannot be used.
 queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t deadline,
                          const std::stop_token& stop, const std::atomic<bool>& shut);
 

@@ -145,10 +145,13 @@ bool attachment::lock(std::int64_t deadline_ns) {
 
 void attachment::unlock(wake_list& wakes) noexcept {
   for (;;) {
-    // A release that found the lock taken left its seats to us (grants_due).
+    // Work left to us by those who did not wait for the lock: a release's
+    // seats for the queue, a waiter that gave up.
     if (hdr->grants_due.load() != 0) {
       try {
-        if (hdr->grants_due.exchange(0) != 0) grant_queued(lease_clock(), wakes);
+        const std::uint32_t due = hdr->grants_due.exchange(0);
+        if (due & kDueAbandoned) drop_abandoned(wakes);
+        if (due != 0) grant_queued(lease_clock(), wakes);
       } catch (const std::exception& e) {
         log().error("semaphore '{}': {} (serving the queue before unlocking)", key, e.what());
       }
@@ -239,29 +242,38 @@ void attachment::repair() {
   for (std::uint32_t i = nw; i-- > 0;) {
     waiter_slot& w = waiters[i];
     const std::uint32_t st = w.state.load();
-    if (st == kWaiterFree || st == kLeft) {
-      if (st == kLeft) {
-        w.state.store(kWaiterFree);
-        hdr->left_waiters.fetch_sub(1);
-      }
+    if (st == kWaiterFree || st == kLeft || st == kAbandoned) {
+      if (st == kLeft) hdr->left_waiters.fetch_sub(1);
+      if (st != kWaiterFree) w.state.store(kWaiterFree);
       link_free_waiters(hdr, waiters, i, i + 1);
       continue;
     }
-    if (st != kWaiting) continue;
-    // A handoff cut short: the lease was published for this waiter, which
-    // was not yet told. Finish it, or the seat stays with nobody's permit.
-    // Likewise a rejection: a waiter that can never fit must not be queued
-    // again, where it would hold back everyone behind it.
+    if (st != kWaiting && st != kServing) continue;
+    // A handoff cut short (kServing): the lease was published for this
+    // waiter, which was not yet told. Finish it, or the seat stays with
+    // nobody's permit. Likewise a rejection: a waiter that can never fit
+    // must not be queued again, where it would hold back everyone behind
+    // it. A queued waiter may give up meanwhile (kWaiting to kAbandoned,
+    // without the lock): only a claim by CAS tells it anything.
     const std::uint64_t granted = w.permit_id.load();
     const std::uint32_t lease = w.lease.load();
-    if (granted != 0 && lease < hwm &&
+    std::uint32_t queued_state = kWaiting;
+    const bool ours = st == kServing || (w.weight > capacity() &&
+                                         w.state.compare_exchange_strong(queued_state, kServing));
+    if (st == kServing && granted != 0 && lease < hwm &&
         leases[lease].state.load() == slot_state(w.lease_gen.load(), kSlotHeld) &&
-        leases[lease].id.load() == granted)
+        leases[lease].id.load() == granted) {
       tell(i, kGranted, told);
-    else if (w.weight > capacity())
+    } else if (w.weight > capacity() && ours) {
       tell(i, kRejected, told);
-    else
+    } else if (w.weight > capacity()) {
+      // It gave up as we looked: free, like the others that did.
+      w.state.store(kWaiterFree);
+      link_free_waiters(hdr, waiters, i, i + 1);
+    } else {
+      if (st == kServing) tell(i, kWaiting, told);  // its waiter may be waiting to give up
       queued.push_back(i);
+    }
   }
   for (std::uint32_t w : queued)
     if (const std::uint32_t holder = waiters[w].holder.load(); holder < nh)

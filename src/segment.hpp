@@ -312,6 +312,14 @@ struct attachment {
   void leave_granted(std::uint32_t w) noexcept;
   /// [locked] Puts every kLeft waiter slot on the free list.
   void take_back_left_waiters();
+  /// [no lock] Takes queued waiter `w` out of the queue's hands: true if it
+  /// gave up (kAbandoned; a lock holder unlinks and frees the slot, the
+  /// caller never touches it again), false if a lock holder decided its
+  /// fate first (kGranted, kRejected). Never waits for the lock.
+  bool give_up(std::uint32_t w) noexcept;
+  /// [locked] Unlinks and frees every kAbandoned slot in the queue, and
+  /// wakes the waiters that took up a watch.
+  void drop_abandoned(wake_list& wakes);
   /// [locked] Counts a waiter that joins (+1) or leaves (-1) the queue for
   /// its holder (holder_record::waiting).
   void count_queued(const layout::waiter_slot& s, int delta);

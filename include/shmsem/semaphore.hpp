@@ -18,8 +18,8 @@
 // rest (a thread's first acquire, contention, administration) take the
 // segment's lock for microseconds. A process stopped (SIGSTOP, a debugger)
 // while it holds that lock holds it until it continues; each call below
-// says what it does then: acquire() waits within its wait_timeout (but see
-// acquire() for a queued one whose budget runs out),
+// says what it does then: acquire() waits within its wait_timeout (with
+// rare exceptions, see acquire()),
 // try_acquire() waits about 10 ms and reports no seat, the administrative
 // calls wait for their optional lock_timeout, release() waits (the seats
 // must go back). The lock-free reads never wait.
@@ -140,10 +140,10 @@ class SHMSEM_API Semaphore {
 
   /// Takes n seats, all or nothing, blocking in FIFO order until they are
   /// free. Ends with AcquisitionError: Reason::timeout when
-  /// opts.wait_timeout runs out (the wait for the segment lock counts; a
-  /// queued call whose budget runs out unserved takes the lock to leave the
-  /// queue, and waits for it past the budget while a stopped process holds
-  /// it),
+  /// opts.wait_timeout runs out (the wait for the segment lock counts; once
+  /// queued, the call leaves the queue without the lock, except in the rare
+  /// cases docs/guarantees.md lists under "a process stopped while it holds
+  /// the segment lock"),
   /// cancelled when opts.stop is requested, shutdown after shutdown(),
   /// exceeds_capacity when n > capacity() now or after a shrink while
   /// waiting. Throws SegmentError when the segment cannot be used (for

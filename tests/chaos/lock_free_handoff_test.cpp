@@ -40,6 +40,22 @@ int lock_and_stop(const std::string& key, test::pipe_channel& go) {
   return 0;
 }
 
+// Waits for 'g', queues for the one seat with a budget that outlasts the
+// test's setup by far (the locker must be stopped in the lock before it
+// runs out), and says 't' when it has run out unserved. Exits 0 then.
+int give_up_soon(const std::string& key, test::pipe_channel& go, test::pipe_channel& up) {
+  Semaphore s = Semaphore::attach(key);
+  if (go.receive(2min) != 'g') return 2;
+  try {
+    (void)s.acquire(1, {.wait_timeout = 5s});
+  } catch (const AcquisitionError& e) {
+    if (e.reason() != Reason::timeout) return 3;
+    up.send('t');
+    return 0;
+  }
+  return 4;  // it had no seat to get
+}
+
 // Waits for 'g', queues for the one seat, says 'a' once it has it, and
 // gives it back. Exits 0 if the seat was still its own at the release.
 int wait_for_seat(const std::string& key, test::pipe_channel& go, test::pipe_channel& up) {
@@ -65,7 +81,7 @@ class LockFreeHandoff : public ::testing::Test {
     l_go.send('g');
     ASSERT_TRUE(test::eventually([&] { return test::is_stopped(locker.pid()); }));
   }
-  // Both children end well, and the seat is free and counted.
+  // The children end well, and the seat is free and counted.
   void expect_all_returned() {
     EXPECT_EQ(locker.wait(), 0);
     EXPECT_EQ(waiter.wait(), 0);
@@ -79,6 +95,8 @@ class LockFreeHandoff : public ::testing::Test {
   test::pipe_channel w_go, w_up, l_go;
   test::child_process waiter{[this] { return wait_for_seat(key.str(), w_go, w_up); }};
   test::child_process locker{[this] { return lock_and_stop(key.str(), l_go); }};
+  test::pipe_channel i_go, i_up;
+  test::child_process impatient{[this] { return give_up_soon(key.str(), i_go, i_up); }};
   Permit mine;
 };
 
@@ -115,6 +133,21 @@ TEST_F(LockFreeHandoff, AReleaseToTheQueueDoesNotWaitForAStoppedLockHolder) {
   // does, at its next look).
   locker.kill(SIGCONT);
   EXPECT_EQ(w_up.receive(60s), 'a');
+  expect_all_returned();
+}
+
+TEST_F(LockFreeHandoff, AQueuedAcquireWhoseBudgetRunsOutLeavesWhileAStoppedProcessHoldsTheLock) {
+  i_go.send('g');
+  ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 2; }));
+  stop_locker_in_the_lock();
+  EXPECT_EQ(i_up.receive(30s), 't') << "the acquire waited for the lock past its budget";
+  EXPECT_EQ(impatient.wait(), 0);
+  // Its slot is unlinked once the lock is free again, and the waiter ahead
+  // of it is served as usual.
+  locker.kill(SIGCONT);
+  ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
+  mine.release();
+  EXPECT_EQ(w_up.receive(30s), 'a');
   expect_all_returned();
 }
 
