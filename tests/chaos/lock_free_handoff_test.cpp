@@ -67,9 +67,10 @@ int wait_for_seat(const std::string& key, test::pipe_channel& go, test::pipe_cha
   return 0;
 }
 
-// The stage of both tests: one seat, held here; a waiter queued for it; a
-// locker ready to take the lock and stop. The children are forked before
-// this process acquires (see docs/testing.md on fork).
+// The stage of these tests: one seat, held here; a waiter queued for it; a
+// locker ready to take the lock and stop; an impatient waiter, which queues
+// only when a test tells it to. The children are forked before this
+// process acquires (see docs/testing.md on fork).
 class LockFreeHandoff : public ::testing::Test {
  protected:
   void SetUp() override {
