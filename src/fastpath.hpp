@@ -249,8 +249,15 @@ inline void fast_bump(std::atomic<T>& a, U v) {
   fast_bump(e->record->hold_counts[histogram_bucket(hold)], 1);
   fast_bump(e->record->hold_sum_ns, hold);
   if ((g & kGateQueued) || e->cached == kCachedSlots ||
-      (gate_used(g) == n && a.hdr->idle_waiters.load(std::memory_order_relaxed) > 0)) [[unlikely]]
+      (gate_used(g) == n && a.hdr->idle_waiters.load(std::memory_order_relaxed) > 0)) [[unlikely]] {
     after_release(a, *e, l, gen, g, n);
+    if (e->cached == kCachedSlots) {
+      // The full cache could not give half back (the lock failed): the slot
+      // stays reserved outside it, and goes back when this process detaches.
+      l.state.store(slot_state(gen, kSlotReserved), std::memory_order_release);
+      return fast_release_result::released;
+    }
+  }
   l.state.store(slot_state(gen, kSlotReserved), std::memory_order_release);
   e->slots[e->cached++] = slot;
   return fast_release_result::released;

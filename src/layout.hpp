@@ -110,11 +110,20 @@ inline constexpr std::uint32_t kMaxWaiters = 16384;  // blocked acquires at once
 inline constexpr std::uint32_t kMaxThreads = 4096;   // threads using the fast path at once
 /// Lease slots a thread keeps reserved for its lock-free acquires, at most.
 inline constexpr std::uint32_t kCachedSlots = 16;
-/// Every seat of the largest capacity can be a lease while every thread
-/// record keeps a full cache and has one acquire in flight, so the locked
-/// path never finds the table full of reservations.
+/// Lease slots a claimed thread record may keep out of the free list: a
+/// full cache, and one slot on its way back into it.
+inline constexpr std::uint32_t kSlotsPerThread = kCachedSlots + 1;
+/// Lease slots that leave a free one for every grant the gate admits, at
+/// `capacity` while `records` thread records are claimed: each lease takes
+/// at least one seat, so fewer than `capacity` are held when a grant is
+/// admitted, and the records keep the rest. The table never has fewer (see
+/// segment_header::lease_slots), so a grant never grows the file, and a
+/// full /dev/shm never costs a free seat its lease.
+constexpr std::uint32_t lease_slots_needed(std::uint32_t capacity, std::uint32_t records) {
+  return capacity + records * kSlotsPerThread;
+}
 inline constexpr std::uint32_t kMaxLeases =
-    static_cast<std::uint32_t>(kMaxCapacity) + kMaxThreads * (kCachedSlots + 1);
+    lease_slots_needed(static_cast<std::uint32_t>(kMaxCapacity), kMaxThreads);
 inline constexpr std::uint32_t kInitialHolders = 16;
 inline constexpr std::uint32_t kInitialWaiters = 16;
 inline constexpr std::uint32_t kInitialThreads = 16;
@@ -312,10 +321,13 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::uint32_t> holder_slots;                // allocated holder records
   std::atomic<std::uint32_t> waiter_slots;                // allocated waiter slots
   std::atomic<std::uint32_t> thread_slots;                // allocated thread records
-  std::atomic<std::uint32_t> lease_slots;  // allocated lease slots (>= every capacity ever set)
-  std::atomic<std::uint32_t> lease_hwm;    // slots [0, hwm) have been handed out at least once
-  std::atomic<std::uint64_t> ewma;         // ewma_word(): time-based EWMA of used/capacity
-  std::atomic<std::uint32_t> idle_seq;     // futex word bumped when used drops to 0
+  // Allocated lease slots: never fewer than lease_slots_needed() for the
+  // capacity and the claimed thread records (set_capacity and
+  // claim_thread_record grow it first, or fail).
+  std::atomic<std::uint32_t> lease_slots;
+  std::atomic<std::uint32_t> lease_hwm;  // slots [0, hwm) have been handed out at least once
+  std::atomic<std::uint64_t> ewma;       // ewma_word(): time-based EWMA of used/capacity
+  std::atomic<std::uint32_t> idle_seq;   // futex word bumped when used drops to 0
   // Work left to the lock's holder by callers that did not wait for the
   // lock (kDueGrants, kDueAbandoned); it does it before it lets go
   // (attachment::unlock), so the seats do not wait for the lock.

@@ -104,7 +104,10 @@ std::uint32_t attachment::take_free_slot() {
   std::uint32_t slot = hdr->lease_hwm.load(std::memory_order_relaxed);
   const std::uint32_t have = hdr->lease_slots.load(std::memory_order_relaxed);
   if (slot >= have) {
-    // Every slot is a lease or in some thread's reserve: grow by a quarter.
+    // ensure_lease_slots() leaves a slot for every grant the gate admits.
+    // A reservation can still get here (while more leases are held than a
+    // shrunk capacity), and a grant only if threads kept slots outside
+    // their caches (fast_release). Grow by a quarter.
     if (have >= kMaxLeases)
       fail(errc::too_many, "all " + std::to_string(kMaxLeases) + " lease slots are in use");
     grow_leases(std::min(kMaxLeases, have + std::max<std::uint32_t>(64, have / 4)));
@@ -138,17 +141,37 @@ void attachment::unreserve_slots(const std::uint32_t* slots, std::uint32_t n) {
   }
 }
 
+std::uint32_t attachment::claimed_thread_records() const {
+  const std::uint32_t n = thread_count();
+  std::uint32_t claimed = 0;
+  for (std::uint32_t t = 0; t < n; ++t)
+    if (threads[t].state.load(std::memory_order_relaxed) != kThreadFree) ++claimed;
+  return claimed;
+}
+
+void attachment::ensure_lease_slots(std::uint32_t capacity, std::uint32_t records) {
+  const std::uint32_t need = lease_slots_needed(capacity, records);
+  if (need <= hdr->lease_slots.load()) return;
+  // A page at a time: tmpfs allocates whole pages anyway, and a fleet of
+  // new threads then grows the file once per page, not once per thread.
+  constexpr std::uint32_t kPerPage = kPage / sizeof(lease_slot);
+  grow_leases(std::min(kMaxLeases, (need + kPerPage - 1) / kPerPage * kPerPage));
+}
+
 std::uint32_t attachment::claim_thread_record(std::uint32_t holder) {
-  std::uint32_t n = thread_count();
+  const std::uint32_t n = thread_count();
   std::uint32_t i = 0;
   while (i < n && threads[i].state.load(std::memory_order_relaxed) != kThreadFree) ++i;
-  if (i == n) {
-    if (n >= kMaxThreads) return kNoSelf;
-    try {
+  if (i == n && n >= kMaxThreads) return kNoSelf;
+  try {
+    // The slots this record's cache may keep come first: the grants the
+    // gate admits must still find free slots once it has them, however
+    // full /dev/shm is by then.
+    ensure_lease_slots(static_cast<std::uint32_t>(capacity()), claimed_thread_records() + 1);
+    if (i == n)
       grow_table(hdr->thread_slots, threads, kThreadsOffset, kMaxThreads, "thread records");
-    } catch (const SegmentError&) {
-      return kNoSelf;
-    }
+  } catch (const SegmentError&) {
+    return kNoSelf;  // the thread stays on the locked path
   }
   threads[i].holder.store(holder, std::memory_order_relaxed);
   threads[i].state.store(kThreadClaimed, std::memory_order_release);

@@ -258,8 +258,15 @@ struct attachment {
   int reap(std::int64_t now_ns, wake_list& wakes, bool force_scan = false);
 
   // --- leases and thread records (leases.cpp; [locked] unless said otherwise)
-  /// Claims a thread record for `holder`; kNoSelf if the table is full.
+  /// Claims a thread record for `holder`, first growing the lease table to
+  /// what one more record needs (ensure_lease_slots); kNoSelf if either
+  /// table is full or cannot grow.
   std::uint32_t claim_thread_record(std::uint32_t holder);
+  /// Thread records claimed now (a scan of the table).
+  std::uint32_t claimed_thread_records() const;
+  /// Grows the lease table to lease_slots_needed(capacity, records), if it
+  /// has fewer; throws SegmentError (the table is unchanged then).
+  void ensure_lease_slots(std::uint32_t capacity, std::uint32_t records);
   void free_thread_record(std::uint32_t index);
   /// Frees every thread record of `holder` (it is gone, or done).
   void free_thread_records_of(std::uint32_t holder);

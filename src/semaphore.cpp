@@ -670,7 +670,7 @@ void Semaphore::set_capacity(int permits, std::optional<std::chrono::millisecond
   attachment& a = *h_->att;
   segment_lock lk(a, lock_deadline(lock_timeout));
   require_lock(a, lk, "set_capacity()", lock_timeout);
-  a.grow_leases(static_cast<std::uint32_t>(permits));
+  a.ensure_lease_slots(static_cast<std::uint32_t>(permits), a.claimed_thread_records());
   const std::int64_t now = detail::lease_clock();
   a.ewma_sample(now);
   a.set_gate_capacity(permits);
