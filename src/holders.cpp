@@ -42,6 +42,10 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   r.state.store(kHolderAttached, std::memory_order_release);
   lifeline::arm(&r.lifeline, &r.lifeline_state);
   self.store(chosen, std::memory_order_relaxed);
+  // The head of the queue sleeps on the lifelines of the processes it knew:
+  // it must watch ours too.
+  if (const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed); head != kNil)
+    nudge(head - 1, wakes);
   return chosen;
 }
 
@@ -118,6 +122,14 @@ bool attachment::holder_gone(std::uint32_t h) const {
   return !file->locked_by_other(kTokenBase + h);
 }
 
+bool attachment::await_exit(std::uint32_t h, std::int64_t deadline_ns) const {
+  const holder_record& r = holders[h];
+  // Its pid means another process (or none) in another PID namespace.
+  if (r.pid_ns.load(std::memory_order_relaxed) != sys::self_pid_ns()) return false;
+  return sys::wait_for_exit(r.pid.load(std::memory_order_relaxed), deadline_ns) !=
+         sys::exit_wait::unavailable;
+}
+
 bool attachment::reapable(std::uint32_t h) const {
   const holder_record& r = holders[h];
   if (r.state.load(std::memory_order_acquire) != kHolderAttached) return false;
@@ -168,6 +180,9 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
   }
   free_thread_records_of(h);
   holders[h].waiting.store(0);
+  // The kernel woke one sleeper on the dead lifeline; the others watched a
+  // process that is gone now.
+  sys::robust_mutex_wake_watchers(&holders[h].lifeline);
   free_holder_record(h);
 }
 

@@ -101,6 +101,9 @@ class keeper {
         r.state->store(layout::kLifelineNone, std::memory_order_release);
         if (it != held.end()) {
           sys::robust_mutex_unlock(r.mutex);
+          // Waiters sleep on it to hear of our death: tell them all that
+          // it is no longer ours (the unlock woke only one).
+          sys::robust_mutex_wake_watchers(r.mutex);
           held.erase(it);
           --held_;
         }

@@ -14,6 +14,7 @@
 #include "segment_shared.hpp"
 #include "sys/clock.hpp"
 #include "sys/futex.hpp"
+#include "sys/robust_mutex.hpp"
 #include "trust.hpp"
 
 namespace shmsem::detail {
@@ -116,12 +117,27 @@ void attachment::dequeue(std::uint32_t w) {
   if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) set_gate_flags(0, kGateQueued);
 }
 
+void attachment::unlink_waiter(std::uint32_t w, wake_list& wakes) {
+  const std::uint32_t prev = waiters[w].prev.load(std::memory_order_relaxed);
+  const std::uint32_t next = waiters[w].next.load(std::memory_order_relaxed);
+  dequeue(w);
+  // The one behind a waiter that left from the middle watches the process
+  // ahead of it: a new one now. (Behind the head, wake_new_watchers() tells.)
+  if (prev != kNil && next != kNil) nudge(next - 1, wakes);
+}
+
+void attachment::nudge(std::uint32_t w, wake_list& wakes) {
+  // The bump makes a wait it is about to start return at once.
+  waiters[w].seq.fetch_add(1, std::memory_order_release);
+  wakes.add(w);
+}
+
 void attachment::free_waiter(std::uint32_t w, wake_list& wakes) {
   waiter_slot& s = waiters[w];
   if (const std::uint32_t st = s.state.load(std::memory_order_relaxed);
       st == kWaiting || st == kAbandoned) {
     const watchers before = queue_watchers();
-    dequeue(w);
+    unlink_waiter(w, wakes);
     wake_new_watchers(before, wakes);
   }
   if (s.state.load(std::memory_order_relaxed) == kLeft) hdr->left_waiters.fetch_sub(1);
@@ -150,7 +166,7 @@ void attachment::drop_abandoned(wake_list& wakes) {
   while (w != kNil) {
     const std::uint32_t next = waiters[w - 1].next.load(std::memory_order_relaxed);
     if (waiters[w - 1].state.load(std::memory_order_acquire) == kAbandoned) {
-      dequeue(w - 1);
+      unlink_waiter(w - 1, wakes);
       waiters[w - 1].state.store(kWaiterFree, std::memory_order_relaxed);
       push_free_waiter(w - 1);
     }
@@ -186,15 +202,10 @@ attachment::watchers attachment::queue_watchers() const {
 
 void attachment::wake_new_watchers(const watchers& before, wake_list& wakes) {
   const watchers now = queue_watchers();
-  // A new head may be asleep on the second's slow timer, a new second
-  // without any; the bump makes a wait it is about to start return at once.
-  auto wake_one = [&](std::uint32_t w) {
-    waiters[w - 1].seq.fetch_add(1, std::memory_order_release);
-    wakes.add(w - 1);
-  };
-  if (now.head != kNil && now.head != before.head) wake_one(now.head);
+  // A new head watches every process, a new second the new head's.
+  if (now.head != kNil && now.head != before.head) nudge(now.head - 1, wakes);
   if (now.second != kNil && now.second != before.second && now.second != before.head)
-    wake_one(now.second);
+    nudge(now.second - 1, wakes);
 }
 
 void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
@@ -307,7 +318,7 @@ void attachment::reject_oversized(wake_list& wakes) {
     const std::uint32_t next = s.next.load(std::memory_order_relaxed);
     std::uint32_t queued = kWaiting;
     if (s.weight > cap && s.state.compare_exchange_strong(queued, kServing)) {
-      dequeue(w - 1);
+      unlink_waiter(w - 1, wakes);
       SHMSEM_HOOK(mid_handoff);
       tell(w - 1, kRejected, wakes);
     }
@@ -327,13 +338,16 @@ bool attachment::watch(std::int64_t now) const {
   return false;
 }
 
+bool attachment::holder_gone_from(std::uint32_t h) const {
+  if (h >= std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders)) return false;
+  return holders[h].state.load(std::memory_order_acquire) == kHolderAttached && holder_gone(h);
+}
+
 bool attachment::head_gone() const {
   const std::uint32_t head = hdr->queue_head.load(std::memory_order_acquire);
   if (head == kNil || head > hdr->waiter_slots.load(std::memory_order_relaxed)) return false;
   if (waiters[head - 1].state.load(std::memory_order_acquire) == kAbandoned) return true;
-  const std::uint32_t h = waiters[head - 1].holder.load(std::memory_order_relaxed);
-  if (h >= std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders)) return false;
-  return holders[h].state.load(std::memory_order_acquire) == kHolderAttached && holder_gone(h);
+  return holder_gone_from(waiters[head - 1].holder.load(std::memory_order_relaxed));
 }
 
 void attachment::wake(const wake_list& wakes) {
@@ -345,6 +359,129 @@ void attachment::wake(const wake_list& wakes) {
 // ---------------------------------------------------------------------------
 // The wait of a blocked acquire
 
+namespace {
+
+// What a waiter sleeps on: its own slot's word first, then the lifelines of
+// the processes whose death its place in the queue must hear of:
+//   - the head: every attached process (any may hold seats, and die);
+//   - everyone else: the process of the waiter ahead of it (for the second,
+//     the head's), so that a chain of deaths (a host's OOM killer takes
+//     several at once) still reaches whoever can act on it.
+// A death rings the bell: the kernel marks the dying thread's robust
+// mutexes and wakes a sleeper on each that has FUTEX_WAITERS set, which
+// robust_mutex_watch() sets. The lifeline is only the doorbell: whoever it
+// wakes asks the token before it reaps.
+struct doorbells {
+  sys::wait_word words[sys::kMaxWaitWords];
+  int n = 0;
+  bool covered = true;            // every death the duty must hear of rings one of `words`
+  bool soon = false;              // a lifeline reads dead or is not armed yet: look again soon
+  std::uint32_t dying = kNoSelf;  // a holder whose lifeline reads dead
+  std::uint32_t ahead = kNoSelf;  // holder record of the waiter ahead (not for the head)
+
+  void collect(attachment& a, const waiter_slot& slot, std::uint32_t seq, bool head) {
+    n = 0;
+    covered = sys::waitv_supported();
+    soon = false;
+    dying = kNoSelf;
+    ahead = kNoSelf;
+    words[n++] = {&slot.seq, seq};
+    const std::uint32_t nh =
+        std::min(a.hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders);
+    if (head) {
+      for (std::uint32_t h = 0; h < nh; ++h) add(a, h);
+      return;
+    }
+    // A hint, read without the lock: whoever unlinks the waiter ahead
+    // bumps our word, so the sleep below returns at once if it changed.
+    const std::uint32_t prev = slot.prev.load(std::memory_order_acquire);
+    if (prev == kNil || prev > a.hdr->waiter_slots.load(std::memory_order_relaxed)) return;
+    ahead = a.waiters[prev - 1].holder.load(std::memory_order_relaxed);
+    if (ahead < nh) add(a, ahead);
+  }
+
+  void add(attachment& a, std::uint32_t h) {
+    if (h == a.self.load(std::memory_order_relaxed)) return;  // our own death needs no news
+    holder_record& r = a.holders[h];
+    if (r.state.load(std::memory_order_acquire) != kHolderAttached) return;
+    if (n == sys::kMaxWaitWords) {
+      covered = false;  // past what one sleep can watch: a tick
+      return;
+    }
+    // Not armed yet (its lifeline thread is starting; it will be in
+    // microseconds) or never (it could not start one): look again soon.
+    if (r.lifeline_state.load(std::memory_order_acquire) != kLifelineArmed) {
+      soon = true;
+      return;
+    }
+    if (sys::robust_mutex_watch(&r.lifeline, words[n].word, words[n].expected)) {
+      ++n;
+      return;
+    }
+    // Read dead: the process is dying, or dead and not reaped yet.
+    soon = true;
+    if (dying == kNoSelf) dying = h;
+  }
+
+  sys::waitv_result sleep(std::int64_t until) const {
+    if (n == 1 || !sys::waitv_supported()) {
+      const sys::wait_result r = sys::futex_wait(words[0].word, words[0].expected, until);
+      return {r, r == sys::wait_result::woken ? 0 : -1};
+    }
+    return sys::futex_waitv(words, n, until);
+  }
+};
+
+// When the head must look without a bell: the earliest lease expiry (the
+// coarse clock it is stamped with lags the precise one by up to a tick of
+// its own) and a recount that is due.
+std::int64_t timed_duty(const attachment& a) {
+  std::int64_t at = sys::kNever;
+  const std::int64_t exp = a.hdr->earliest_expiry_ns.load(std::memory_order_relaxed);
+  if (exp != INT64_MAX) at = exp + kCoarseSlackNs;
+  const std::int64_t due = a.hdr->resettle_due_ns.load(std::memory_order_relaxed);
+  if (due != 0) at = std::min(at, due + kCoarseSlackNs);
+  return at;
+}
+
+bool testing_no_watch_tick() {
+#ifdef SHMSEM_TESTING
+  return testing::no_watch_tick.load(std::memory_order_relaxed) != 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+std::string describe_death_wakeup(const attachment& a) {
+  const std::string tick =
+      "at the reclaim tick (" + std::to_string(kHeadTickNs / 1'000'000) + " ms)";
+  if (!sys::waitv_supported())
+    return "waiters look " + tick + ": this kernel has no futex_waitv (Linux 5.16 and later)";
+  const std::uint32_t nh =
+      std::min(a.hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders);
+  int attached = 0, without = 0;
+  for (std::uint32_t h = 0; h < nh; ++h) {
+    if (a.holders[h].state.load(std::memory_order_acquire) != kHolderAttached) continue;
+    ++attached;
+    if (a.holders[h].lifeline_state.load(std::memory_order_acquire) != kLifelineArmed) ++without;
+  }
+  const int watchable = sys::kMaxWaitWords - 1;
+  const std::string procs =
+      std::to_string(attached) + " attached process" + (attached == 1 ? "" : "es");
+  // A head watches every attached process but its own.
+  if (attached - 1 > watchable)
+    return "waiters look " + tick + ": " + procs + ", more than the " + std::to_string(watchable) +
+           " lifelines one waiter can sleep on";
+  std::string out =
+      "the kernel wakes the waiters (they sleep on the lifelines of the " + procs + ")";
+  if (without > 0)
+    out += "; " + std::to_string(without) + " without a lifeline " + (without == 1 ? "is" : "are") +
+           " found " + tick;
+  return out;
+}
+
 queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t deadline,
                          const std::stop_token& stop, const std::atomic<bool>& shut) {
   auto& slot = a.waiters[w];
@@ -354,6 +491,10 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
   std::uint32_t lease = 0;
   std::uint64_t id = 0, gen = 0;
   std::int64_t granted_ns = 0;
+  doorbells bells;
+  std::int64_t soon_backoff = 0;
+  int soon_looks = 0;
+  bool awaited = false;  // waited for the exit of a holder whose lifeline reads dead
   for (;;) {
     for (;;) {
       const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
@@ -379,25 +520,61 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
         reason = Reason::timeout;
         break;
       }
-      // The head keeps watch: every kHeadTickNs it checks the holders that
-      // can owe seats for dead processes and expired leases. The others
-      // only check that the head itself is alive (nobody else would
-      // notice): the one behind it every kSecondTickNs, the rest, in case
-      // both died, every kOtherTickNs. Whoever takes up the watch, or the
-      // place behind it, is woken to start it.
+      // The watch duty of our place in the queue (see watch_duty), kept by
+      // sleeping on the lifelines of the processes whose death it must hear
+      // of, and by a tick only where those cannot tell.
       const auto watch = a.queue_watchers();
       const bool head = watch.head == w + 1;
       const bool second = watch.second == w + 1;
-      const std::int64_t tick = head ? kHeadTickNs : second ? kSecondTickNs : kOtherTickNs;
-      const std::int64_t until = std::min(deadline, now + tick);
-      const auto r = sys::futex_wait(&slot.seq, seq, until);
-      if (r == sys::wait_result::woken) ++wakeups;
-      if (r != sys::wait_result::timed_out) continue;
+      bells.collect(a, slot, seq, head);
+      std::int64_t until = deadline;
+      if (bells.soon) {
+        // A lifeline reads dead while its process may still hold its token
+        // (the kernel lets go of a dying process's files after its robust
+        // mutexes), or is about to be armed: look again soon, then less
+        // often (for good, a process without a lifeline is on the tick).
+        soon_backoff = ++soon_looks <= kSoonFastLooks
+                           ? kSoonPollNs
+                           : std::min<std::int64_t>(soon_backoff * 2, kHeadTickNs);
+        until = std::min(until, now + soon_backoff);
+      } else {
+        soon_looks = 0;
+        awaited = false;
+      }
+      if (!testing_no_watch_tick()) {
+        const std::int64_t tick = head ? kHeadTickNs : second ? kSecondTickNs : kOtherTickNs;
+        if (!bells.covered)
+          until = std::min(until, now + tick);
+        else if (head)
+          until = std::min(until, timed_duty(a));
+        else if (second)
+          until = std::min(until, now + kSecondWatchdogNs);
+      }
+      sys::waitv_result r;
+      if (bells.dying != kNoSelf && !awaited) {
+        // Its lifeline rang, and its token goes last: the kernel closes a
+        // dying process's files only after it has torn down its memory,
+        // hundreds of microseconds on a busy host. Sleep until it has
+        // exited rather than poll for it (once: a token kept on purpose by
+        // a child, as `shmsem run` does, is left to the polls).
+        awaited = true;
+        r = a.await_exit(bells.dying, std::min(until, now + kHeadTickNs))
+                ? sys::waitv_result{sys::wait_result::timed_out}
+                : bells.sleep(until);
+      } else {
+        r = bells.sleep(until);
+      }
+      if (r.result == sys::wait_result::woken && r.index == 0) ++wakeups;
+      const bool rang = r.result == sys::wait_result::woken && r.index > 0;
+      if (!rang && r.result != sys::wait_result::timed_out) continue;
       watch_name(a);
       // Also serve the queue if the head fits: a releaser that gave its
       // seats back without the lock may have died before handing them on.
-      const bool act =
-          head ? a.watch(lease_clock()) || layout::gate_fits(a.gate(), n) : a.head_gone();
+      // The second does the head's duty too when its watchdog fires: the
+      // head may be stopped.
+      bool act = head ? a.watch(lease_clock()) || layout::gate_fits(a.gate(), n)
+                      : a.head_gone() || a.holder_gone_from(bells.ahead) ||
+                            (second && a.watch(lease_clock()));
       if (act) {
         segment_lock lk(a, deadline);
         if (lk.owns()) {

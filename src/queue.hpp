@@ -7,28 +7,51 @@
 #include <atomic>
 #include <cstdint>
 #include <stop_token>
+#include <string>
 
 #include "segment.hpp"
 
 namespace shmsem::detail {
 
-// The head waiter watches for deaths. Each of its wakeups cost about 60 us
-// of CPU time on the 2-vCPU VM of the README's benchmarks, kernel included:
-// a 20 ms tick keeps 50 idle waiters near 0.6% of a core (1% was the limit,
-// and a 10 ms tick measured 0.8-1.3%), and a dead holder's seats still come
-// back within about 20 ms (the limit is 50 ms).
+// The head waiter watches for deaths, the others for the death of the one
+// ahead. They sleep on the lifelines of those processes (futex_waitv), so
+// the kernel wakes them at a death, and nothing wakes them while nothing
+// happens. Where a lifeline cannot tell (a kernel before 5.16, over 127
+// processes to watch, a process without a lifeline) they look on a tick:
+//
+// The head's. Each of its wakeups cost about 60 us of CPU time on the
+// 2-vCPU VM of the benchmarks, kernel included: a 20 ms tick keeps 50 idle
+// waiters near 0.6% of a core, and a dead holder's seats still come back
+// within about 20 ms.
 inline constexpr std::int64_t kHeadTickNs = 20'000'000;
-// The second in line checks that the head is alive. Rarely needed (a dead
+// The second's: it checks that the head is alive. Rarely needed (a dead
 // head is also found by the next release), so it can be slow.
 inline constexpr std::int64_t kSecondTickNs = 500'000'000;
-// Everyone else checks the same, slower still: for when the head and the
-// second died together (a host's OOM killer takes several at once).
+// Everyone else's, slower still: for when the head and the second died
+// together.
 inline constexpr std::int64_t kOtherTickNs = 2'000'000'000;
+// With the bells, only the second keeps a tick, a watchdog: a stopped head
+// (SIGSTOP) hears no bell, so the second does the head's duty this often.
+inline constexpr std::int64_t kSecondWatchdogNs = 2'000'000'000;
+// A lifeline read dead while its process still holds its token (the
+// kernel closes a dying process's files a few hundred microseconds after it
+// marks its robust mutexes), or not yet armed: look again every
+// kSoonPollNs, kSoonFastLooks times, then twice as long each time up to
+// kHeadTickNs (a token kept on purpose by a child, as `shmsem run` does).
+inline constexpr std::int64_t kSoonPollNs = 50'000;
+inline constexpr int kSoonFastLooks = 60;
+// How far CLOCK_MONOTONIC_COARSE, which stamps lease expiries, may lag
+// CLOCK_MONOTONIC (one scheduler tick at HZ=250).
+inline constexpr std::int64_t kCoarseSlackNs = 4'000'000;
 
 // How long a waiter that gives up waits for a lock holder that is granting
 // it seats at that moment (a few microseconds of work) before it leaves
 // under the lock instead.
 inline constexpr std::int64_t kServingWaitNs = 10'000'000;
+
+/// How a waiter blocked on `a` hears of a holder's death, in words
+/// (Snapshot::death_wakeup).
+std::string describe_death_wakeup(const attachment& a);
 
 /// What a wait in the queue came to.
 struct queue_wait {

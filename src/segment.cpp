@@ -21,6 +21,7 @@ void set_hook(hook_fn fn) {
   current_hook.store(fn);
 }
 std::atomic<int> fail_reopen_after_fork{0};
+std::atomic<int> no_watch_tick{0};
 }  // namespace testing
 #endif
 

@@ -89,6 +89,9 @@ constexpr const char* point_name(point p) {
 using hook_fn = void (*)(point, std::string_view key);
 void set_hook(hook_fn fn);
 extern std::atomic<hook_fn> current_hook;
+/// Non-zero: blocked acquires keep no timed watch (no tick, no watchdog):
+/// only the lifelines' bells, their own word and their budget wake them.
+extern std::atomic<int> no_watch_tick;
 /// Non-zero: a fork child acts as if it could not get a file description
 /// of its own (as at the descriptor limit with /proc unavailable).
 extern std::atomic<int> fail_reopen_after_fork;
@@ -311,6 +314,12 @@ struct attachment {
   /// [locked] Puts claimed waiter slot `w` at the tail of the queue.
   void link_last(std::uint32_t w);
   void dequeue(std::uint32_t waiter);
+  /// [locked] dequeue(), and tells the waiter behind one that left from the
+  /// middle of the queue (it watches the process ahead of it).
+  void unlink_waiter(std::uint32_t waiter, wake_list& wakes);
+  /// [locked] Makes waiter `w` look at its place in the queue again: bumps
+  /// its word and adds it to `wakes`.
+  void nudge(std::uint32_t waiter, wake_list& wakes);
   /// [locked] Frees a waiter slot, taking it out of the queue if it is in.
   void free_waiter(std::uint32_t waiter, wake_list& wakes);
   /// [no lock] Gives back waiter slot `w`, granted a lease that its waiter
@@ -330,17 +339,18 @@ struct attachment {
   /// [locked] Counts a waiter that joins (+1) or leaves (-1) the queue for
   /// its holder (holder_record::waiting).
   void count_queued(const layout::waiter_slot& s, int delta);
-  /// The waiters that watch (1-based, kNil: none): the head, which watches
-  /// the holders, and the one behind it, which watches the head. Lock-free
-  /// (a hint), or exact under the lock.
+  /// The waiters whose watch matters most (1-based, kNil: none): the head,
+  /// which watches the holders, and the one behind it, which watches the
+  /// head (and keeps the watchdog). Lock-free (a hint), or exact under the
+  /// lock.
   struct watchers {
     std::uint32_t head = layout::kNil;
     std::uint32_t second = layout::kNil;
   };
   watchers queue_watchers() const;
   /// [locked] Wakes the waiters that took up a watch since `before` (the
-  /// head and the second in line, as queue_watchers() said then): the
-  /// others sleep without a timer, so they must be told.
+  /// head and the second in line, as queue_watchers() said then): they
+  /// must watch other processes now.
   void wake_new_watchers(const watchers& before, wake_list& wakes);
   void reject_oversized(wake_list& wakes);
   /// [locked] Gives queued waiter `w` its fate (kGranted, kRejected) and
@@ -367,6 +377,13 @@ struct attachment {
   /// The second waiter's watch (no lock): true if the head of the queue
   /// belongs to a dead process (nobody else would notice it).
   bool head_gone() const;
+  /// Sleeps until the process of holder record `h` has exited (see
+  /// sys::wait_for_exit), at most until `deadline_ns`. False, at once, if
+  /// that cannot be waited for here (another PID namespace, no pidfds).
+  bool await_exit(std::uint32_t h, std::int64_t deadline_ns) const;
+  /// True if `h` is an attached holder record whose process died (its
+  /// token is free). Lock-free; at most one system call.
+  bool holder_gone_from(std::uint32_t h) const;
   /// Wakes the waiters a locked operation collected.
   void wake(const wake_list& wakes);
 

@@ -624,6 +624,7 @@ Snapshot Semaphore::snapshot() const {
       std::chrono::duration_cast<std::chrono::system_clock::duration>(
           std::chrono::nanoseconds(h_->att->hdr->created_realtime_ns)));
   detail::describe_segment(*h_->att, h_->opts.trusted_owners, s);
+  s.death_wakeup = detail::describe_death_wakeup(*h_->att);
   return s;
 }
 

@@ -142,6 +142,11 @@ struct Snapshot {
   /// and those that open the key now count separate bounds. Always true for
   /// Semaphore::inspect(), which reads the file the name leads to.
   bool name_still_points_here = true;
+  /// How a waiter blocked on this semaphore hears that a holder process
+  /// died, in words: woken by the kernel (it sleeps on the lifelines of the
+  /// attached processes), or at the reclaim tick, and why. Empty on Redis,
+  /// whose leases end with their sessions.
+  std::string death_wakeup;
 };
 
 /// Half-life of utilization_smoothed(): a change in load shows half its

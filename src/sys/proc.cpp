@@ -3,12 +3,17 @@
 #include "sys/proc.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "sys/clock.hpp"
 
 namespace shmsem::sys {
 
@@ -72,6 +77,21 @@ std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
   return buf;
+}
+
+exit_wait wait_for_exit(pid_t pid, std::int64_t deadline_ns) {
+  if (pid <= 0) return exit_wait::unavailable;
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH ? exit_wait::exited : exit_wait::unavailable;
+  const std::int64_t left = deadline_ns - precise_now_ns();
+  const timespec ts = to_timespec(left > 0 ? left : 0);
+  pollfd p{fd, POLLIN, 0};
+  int r;
+  do {
+    r = ::ppoll(&p, 1, &ts, nullptr);
+  } while (r < 0 && errno == EINTR);
+  ::close(fd);
+  return r > 0 ? exit_wait::exited : exit_wait::timed_out;
 }
 
 }  // namespace shmsem::sys

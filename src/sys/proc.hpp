@@ -32,6 +32,15 @@ std::string process_command(pid_t pid);
 /// getpid(): this process's pid in its own PID namespace.
 pid_t self_pid() noexcept;
 
+enum class exit_wait { exited, timed_out, unavailable };
+
+/// Sleeps until process `pid` (of this PID namespace) has exited, or until
+/// the absolute CLOCK_MONOTONIC deadline: a pidfd (Linux 5.3 and later),
+/// readable once the process has let go of its files. `exited` also when no
+/// such process exists; `unavailable` where pidfds are not. A hint only: a
+/// pid may have been reused, so the caller still asks the liveness token.
+exit_wait wait_for_exit(pid_t pid, std::int64_t deadline_ns);
+
 /// gethostname(), or "unknown" if it fails.
 std::string host_name();
 

@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 
 #include "sys/clock.hpp"
+#include "sys/futex.hpp"
 
 namespace shmsem::sys {
 
@@ -86,6 +88,24 @@ bool robust_mutex_owner_alive(const pthread_mutex_t* m) {
   const auto* word = reinterpret_cast<const std::atomic<std::uint32_t>*>(m);
   const std::uint32_t w = word->load(std::memory_order_acquire);
   return (w & FUTEX_TID_MASK) != 0 && (w & FUTEX_OWNER_DIED) == 0;
+}
+
+bool robust_mutex_watch(pthread_mutex_t* m, const std::atomic<std::uint32_t>*& word,
+                        std::uint32_t& expected) {
+  auto* w = reinterpret_cast<std::atomic<std::uint32_t>*>(m);
+  std::uint32_t v = w->load(std::memory_order_acquire);
+  do {
+    if ((v & FUTEX_TID_MASK) == 0 || (v & FUTEX_OWNER_DIED) != 0) return false;
+    if (v & FUTEX_WAITERS) break;
+  } while (!w->compare_exchange_weak(v, v | FUTEX_WAITERS, std::memory_order_acq_rel,
+                                     std::memory_order_acquire));
+  word = w;
+  expected = v | FUTEX_WAITERS;
+  return true;
+}
+
+void robust_mutex_wake_watchers(pthread_mutex_t* m) {
+  futex_wake(reinterpret_cast<std::atomic<std::uint32_t>*>(m), INT_MAX);
 }
 
 }  // namespace shmsem::sys

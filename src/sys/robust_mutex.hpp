@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace shmsem::sys {
@@ -35,5 +36,17 @@ lock_result robust_mutex_trylock(pthread_mutex_t* m);
 /// futex ABI (the word glibc's robust list points the kernel at), not a
 /// glibc detail: the kernel writes it when the owner dies.
 bool robust_mutex_owner_alive(const pthread_mutex_t* m);
+
+/// Makes the kernel wake a sleeper on the owner word of `m` when its owner
+/// dies: sets FUTEX_WAITERS in the word if a live thread holds it. Returns
+/// the word to sleep on (with the value it must still have) in `out`, or
+/// false if no live thread holds `m`. The owner's unlock then wakes a
+/// sleeper too, as any contended unlock would.
+bool robust_mutex_watch(pthread_mutex_t* m, const std::atomic<std::uint32_t>*& word,
+                        std::uint32_t& expected);
+
+/// Wakes every sleeper on the owner word of `m` (robust_mutex_watch): its
+/// owner died or let go, and they must look again.
+void robust_mutex_wake_watchers(pthread_mutex_t* m);
 
 }  // namespace shmsem::sys

@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -40,31 +39,11 @@ void use_up_descriptors() {
   ASSERT_EQ(errno, EMFILE);
 }
 
-// True once every other thread of this process is blocked in futex(2) or
-// read(2): parked, not allocating. A fork while the library's lifeline
-// thread is still starting (its first acquire just made it) would copy the
-// sanitizer allocator's lock held, and the child would hang at its first
-// allocation (docs/testing.md, on fork).
-bool other_threads_parked() {
-  const std::string me = std::to_string(::gettid());
-  std::error_code err;
-  std::filesystem::directory_iterator tasks("/proc/self/task", err);
-  if (err) return false;
-  for (const auto& t : tasks) {
-    if (t.path().filename() == me) continue;
-    std::ifstream in(t.path() / "syscall");
-    std::string nr;
-    if (!(in >> nr)) continue;  // gone meanwhile
-    if (nr != "202" && nr != "0") return false;
-  }
-  return true;
-}
-
 // Forks, once this process's other threads are parked, runs `body` in the
 // child and returns its exit status, or -1 if it did not end within 20 s
 // (it hung).
 int fork_and_wait(const std::function<int()>& body, bool settle = true) {
-  if (settle && !eventually(other_threads_parked)) return -2;
+  if (settle && !eventually(test::other_threads_parked)) return -2;
   child_process c(body);
   return c.wait(20s);
 }
@@ -75,7 +54,7 @@ TEST(Fork, AtTheDescriptorLimitTheChildStillGetsItsOwnTokenAndNeverReapsTheParen
     auto s = Semaphore::open(k, 1);
     Permit p = s.acquire();  // the only seat, and a holder record with a token
     // Settled before the descriptors run out: /proc cannot be read after.
-    if (!eventually(other_threads_parked)) return 5;
+    if (!eventually(test::other_threads_parked)) return 5;
     use_up_descriptors();
     const int child = fork_and_wait(
         [&] {
@@ -128,7 +107,7 @@ TEST(Fork, AChildThatCannotGetItsOwnDescriptionDoesNotKeepTheParentAlive) {
     auto s = Semaphore::open(k, 1);
     Permit p = s.acquire();
     detail::testing::fail_reopen_after_fork = 1;
-    if (!eventually(other_threads_parked)) return 2;
+    if (!eventually(test::other_threads_parked)) return 2;
     if (::fork() == 0) {
       forked.send();
       done.receive(60s);

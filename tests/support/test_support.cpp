@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -209,8 +210,26 @@ bool asleep_in_futex(pid_t tid, pid_t pid) {
   const auto close = line.rfind(')');
   const unsigned long own_wait =
       on_redis() ? FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG : FUTEX_WAIT_BITSET;
-  return close != std::string::npos && line.compare(close, 3, ") S") == 0 &&
-         nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == own_wait;
+  if (close == std::string::npos || line.compare(close, 3, ") S") != 0) return false;
+  // A queued waiter that watches other processes' lifelines sleeps on them
+  // and its own word at once.
+  if (!on_redis() && nr == std::to_string(SYS_futex_waitv)) return true;
+  return nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == own_wait;
+}
+
+bool other_threads_parked() {
+  const std::string me = std::to_string(::gettid());
+  std::error_code err;
+  std::filesystem::directory_iterator tasks("/proc/self/task", err);
+  if (err) return false;
+  for (const auto& t : tasks) {
+    if (t.path().filename() == me) continue;
+    std::ifstream in(t.path() / "syscall");
+    std::string nr;
+    if (!(in >> nr)) continue;  // gone meanwhile
+    if (nr != std::to_string(SYS_futex) && nr != std::to_string(SYS_read)) return false;
+  }
+  return true;
 }
 
 std::string_view test_backend() {

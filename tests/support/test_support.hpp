@@ -94,13 +94,22 @@ bool in_ci();
   } while (0)
 
 /// True once thread `tid` of process `pid` (0: this process) sleeps in the
-/// library's own wait: futex(2) with FUTEX_WAIT_BITSET, not private. Other
+/// library's own wait: futex(2) with FUTEX_WAIT_BITSET, not private, or
+/// futex_waitv(2) (a queued waiter watching lifelines). Other
 /// sleeps do not count: std::mutex and the sanitizers' runtimes wait with
 /// FUTEX_WAIT_PRIVATE, the segment lock with FUTEX_WAIT. A test polls it to
 /// know that a waiter is blocked, not merely started. When the suite runs
 /// on Redis, the library's own wait is a condition variable's, a private
 /// FUTEX_WAIT_BITSET.
 bool asleep_in_futex(pid_t tid, pid_t pid = 0);
+
+/// True once every other thread of this process is blocked in futex(2) or
+/// read(2): parked, not allocating. A process that forks after its first
+/// acquire waits for this (with eventually()): a fork while the library's
+/// lifeline thread is still starting would copy the sanitizer allocator's
+/// lock held, and the child would hang at its first allocation
+/// (docs/testing.md, on fork).
+bool other_threads_parked();
 
 /// True when the suite runs on a Redis backend ($SHMSEM_TEST_BACKEND).
 bool on_redis();

@@ -454,9 +454,18 @@ TEST(ShmsemInspect, InfoShowsCountersAndHolders) {
   EXPECT_NE(r.out.find("used:            2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(std::to_string(h.proc.pid())), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("alive"), std::string::npos) << r.out;
+  // How a waiter hears of a death (shared memory only: Redis leases end
+  // with their sessions).
+  if (!shmsem::test::on_redis()) {
+    EXPECT_TRUE(r.out.find("deaths:          the kernel wakes the waiters") != std::string::npos ||
+                r.out.find("deaths:          waiters look at the reclaim tick") !=
+                    std::string::npos)
+        << r.out;
+  }
   r = shmsem_cli({"info", key.str(), "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.contains("death_wakeup"), !shmsem::test::on_redis()) << r.out;
   EXPECT_EQ(j["capacity"], 3);
   EXPECT_EQ(j["holders"].size(), 1u);
   EXPECT_EQ(j["holders"][0]["pid"], h.proc.pid());
