@@ -520,7 +520,7 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
         reason = Reason::timeout;
         break;
       }
-      // The watch duty of our place in the queue (see watch_duty), kept by
+      // The watch duty of our place in the queue (see doorbells), kept by
       // sleeping on the lifelines of the processes whose death it must hear
       // of, and by a tick only where those cannot tell.
       const auto watch = a.queue_watchers();
@@ -543,7 +543,9 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
       }
       if (!testing_no_watch_tick()) {
         const std::int64_t tick = head ? kHeadTickNs : second ? kSecondTickNs : kOtherTickNs;
-        if (!bells.covered)
+        // A head that fits and is not served is owed a handoff that a
+        // failure cut short (a grant with no lease slot to record it in).
+        if (!bells.covered || (head && layout::gate_fits(a.gate(), n)))
           until = std::min(until, now + tick);
         else if (head)
           until = std::min(until, timed_duty(a));

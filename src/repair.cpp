@@ -292,7 +292,9 @@ void attachment::repair() {
   hdr->queue_tail.store(prev);
   hdr->waiters.store(static_cast<std::int32_t>(queued.size()));
   set_gate_flags(queued.empty() ? 0 : kGateQueued, queued.empty() ? kGateQueued : 0);
-  wake_new_watchers({}, told);
+  // Rebuilt in ticket order, the queue may put anyone behind someone new:
+  // each waiter watches the process of the one ahead, so all look again.
+  for (std::uint32_t w : queued) nudge(w, told);
   // The dead holder may have been halfway through a change of the gate.
   if (resettle(sys::coarse_now_ns()) < 0)
     log().warn(

@@ -73,10 +73,12 @@ waitv_result futex_waitv(const wait_word* words, int n, std::int64_t deadline_ns
       return {wait_result::timed_out};
     case EAGAIN:
       return {wait_result::value_changed};
-    case ENOSYS:
-      waitv_state.store(0, std::memory_order_relaxed);
+    case EINTR:
       return {wait_result::interrupted};
     default:
+      // ENOSYS (before Linux 5.16), or a refusal that would refuse every
+      // retry: the callers fall back to one word and their ticks.
+      waitv_state.store(0, std::memory_order_relaxed);
       return {wait_result::interrupted};
   }
 }

@@ -34,8 +34,8 @@ struct waitv_result {
 /// Sleeps on up to kMaxWaitWords shared words at once (futex_waitv, Linux
 /// 5.16 and later) until one of them is woken or differs from its expected
 /// value, or until the absolute CLOCK_MONOTONIC deadline (kNever: none).
-/// On a kernel without it, returns `interrupted` at once and
-/// waitv_supported() turns false.
+/// On a kernel without it (or one that refuses the call), returns
+/// `interrupted` at once and waitv_supported() turns false.
 waitv_result futex_waitv(const wait_word* words, int n, std::int64_t deadline_ns);
 
 /// Whether futex_waitv() works on this kernel (false once a call found it

@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
-#include <chrono>
 #include <future>
 #include <string>
 #include <thread>
@@ -145,8 +145,8 @@ TEST_F(Doorbell, AMainThreadThatExitsIsNotADeathAndTheLaterKillIs) {
   ASSERT_EQ(ready.receive(), 'h');
   EXPECT_EQ(left.receive(), 'x');
   // The main thread is gone once its task reads as a zombie.
-  const std::string main_stat = "/proc/" + std::to_string(h.pid()) + "/task/" +
-                                std::to_string(h.pid()) + "/stat";
+  const std::string main_stat =
+      "/proc/" + std::to_string(h.pid()) + "/task/" + std::to_string(h.pid()) + "/stat";
   ASSERT_TRUE(test::eventually([&] {
     FILE* f = std::fopen(main_stat.c_str(), "r");
     if (!f) return false;
