@@ -39,7 +39,10 @@ for src in "$ROOT"/src/*.cpp "$ROOT"/src/sys/*.cpp "$ROOT"/src/redis/*.cpp; do
 done
 for p in "${pids[@]}"; do wait "$p"; done
 
-status=0
+# Built one after the other, then run side by side: one core each.
+run_targets=()
+run_works=()
+run_pids=()
 for t in "${targets[@]}"; do
   echo "fuzz: building $t"
   case $t in
@@ -48,13 +51,24 @@ for t in "${targets[@]}"; do
   esac
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "$ROOT/tests/fuzz/$t.cpp" "${objs[@]}" \
     -lspdlog -lfmt $(pkg-config --libs hiredis) -pthread -o "$OUT/$t"
+done
+for t in "${targets[@]}"; do
   work=$(mktemp -d)
   cp -r "$ROOT/tests/fuzz/corpus/$t" "$work/corpus"
   mkdir -p "$work/artifacts"
   echo "fuzz: running $t for ${SECONDS_EACH}s from $(ls "$work/corpus" | wc -l) seeds"
-  if ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-     "$OUT/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=4096 -max_len=8192 \
-       -print_final_stats=1 -artifact_prefix="$work/artifacts/" "$work/corpus" >"$work/log" 2>&1; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$OUT/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=4096 -max_len=8192 \
+    -print_final_stats=1 -artifact_prefix="$work/artifacts/" "$work/corpus" >"$work/log" 2>&1 &
+  run_targets+=("$t")
+  run_works+=("$work")
+  run_pids+=($!)
+done
+status=0
+for i in "${!run_pids[@]}"; do
+  t=${run_targets[$i]}
+  work=${run_works[$i]}
+  if wait "${run_pids[$i]}"; then
     grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$work/log" | tail -2 | sed "s/^/fuzz: $t: /"
     echo "fuzz: $t: clean"
     rm -rf "$work"
