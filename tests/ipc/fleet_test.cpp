@@ -82,6 +82,9 @@ TEST(Fleet, ChildDoesNotOwnItsParentsPermits) {
   unique_key k;
   auto s = Semaphore::open(k, 2);
   auto mine = s.acquire();
+  // Not while the lifeline thread that the acquire started may still be
+  // starting (docs/testing.md, on fork).
+  ASSERT_TRUE(shmsem::test::eventually(shmsem::test::other_threads_parked));
   child_process c([&] {
     if (mine.is_held()) return 2;
     try {
