@@ -640,33 +640,40 @@ Waiters are served in FIFO order across processes. A holder that dies, even by
 SIGKILL, never leaks its seats. A handle may be used from many threads, and
 works in a child after fork() (gunicorn --preload).
 )doc")
-      .def(py::init([](const std::string& key, int permits, int mode, const py::object& ttl,
-                       bool auto_renew, double open_timeout, const py::object& trusted_owners,
-                       const py::object& session_timeout, const py::object& connect_timeout,
-                       bool fencing) {
-             shmsem::Options o;
-             o.trusted_owners = owner_list(trusted_owners);
-             o.mode = static_cast<mode_t>(mode);
-             o.ttl = duration_ms(ttl, "ttl", false);
-             o.auto_renew = auto_renew;
-             if (!std::isfinite(open_timeout) || open_timeout < 0)
-               throw py::value_error("shmsem: open_timeout must be >= 0 seconds");
-             o.open_timeout = std::chrono::milliseconds(
-                 static_cast<std::int64_t>(std::ceil(open_timeout * 1000.0)));
-             if (auto d = duration_ms(session_timeout, "session_timeout", false))
-               o.session_timeout = *d;
-             if (auto d = duration_ms(connect_timeout, "connect_timeout", false))
-               o.connect_timeout = *d;
-             o.fencing = fencing;
-             return new semaphore_object(
-                 without_gil([&] { return shmsem::Semaphore::open(key, permits, o); }));
-           }),
-           py::arg("key"), py::arg("permits"), py::kw_only(), py::arg("mode") = 0600,
-           py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
-           py::arg("open_timeout") = 5.0, py::arg("trusted_owners") = py::tuple(),
-           py::arg("session_timeout") = py::none(), py::arg("connect_timeout") = py::none(),
-           py::arg("fencing") = false,
-           R"doc(Opens (or creates with `permits` seats) the semaphore `key`.
+      .def(
+          py::init([](const std::string& key, int permits, int mode, const py::object& ttl,
+                      bool auto_renew, double open_timeout, const py::object& trusted_owners,
+                      const py::object& session_timeout, const py::object& connect_timeout,
+                      bool fencing, const py::object& fairness) {
+            shmsem::Options o;
+            o.trusted_owners = owner_list(trusted_owners);
+            o.mode = static_cast<mode_t>(mode);
+            o.ttl = duration_ms(ttl, "ttl", false);
+            o.auto_renew = auto_renew;
+            if (!std::isfinite(open_timeout) || open_timeout < 0)
+              throw py::value_error("shmsem: open_timeout must be >= 0 seconds");
+            o.open_timeout = std::chrono::milliseconds(
+                static_cast<std::int64_t>(std::ceil(open_timeout * 1000.0)));
+            if (auto d = duration_ms(session_timeout, "session_timeout", false))
+              o.session_timeout = *d;
+            if (auto d = duration_ms(connect_timeout, "connect_timeout", false))
+              o.connect_timeout = *d;
+            o.fencing = fencing;
+            if (!fairness.is_none()) {
+              const auto policy = fairness.cast<std::string>();
+              if (policy != "fifo" && policy != "barging")
+                throw py::value_error("fairness must be 'fifo' or 'barging', not '" + policy + "'");
+              o.fairness = policy == "barging" ? shmsem::Fairness::barging : shmsem::Fairness::fifo;
+            }
+            return new semaphore_object(
+                without_gil([&] { return shmsem::Semaphore::open(key, permits, o); }));
+          }),
+          py::arg("key"), py::arg("permits"), py::kw_only(), py::arg("mode") = 0600,
+          py::arg("ttl") = py::none(), py::arg("auto_renew") = false, py::arg("open_timeout") = 5.0,
+          py::arg("trusted_owners") = py::tuple(), py::arg("session_timeout") = py::none(),
+          py::arg("connect_timeout") = py::none(), py::arg("fencing") = false,
+          py::arg("fairness") = py::none(),
+          R"doc(Opens (or creates with `permits` seats) the semaphore `key`.
 
 mode: of a segment this call creates (0o660 shares it with the file's group).
 ttl: default lease TTL in seconds of this handle's permits (None: no expiry).
@@ -680,6 +687,10 @@ last contact with Redis (None: 3).
 connect_timeout: Redis keys only: the bound in seconds on connecting and on
 each command (None: 1).
 fencing: shared memory, at creation: grants carry fencing tokens.
+fairness: shared memory, at creation: 'fifo' (None: the default; a freed seat
+goes to the first in line) or 'barging' (a running request may take a free
+seat ahead of the sleeping ones until the first in line has waited 1 ms). An
+existing semaphore keeps its own (a different one asked for is logged).
 A key that is a URL, redis://host[:port]/KEY or redis+unix:///PATH?key=KEY,
 names a semaphore kept in Redis and shared by every host that reaches it.
 Raises ValueError for a bad key (empty, NUL, over 255 bytes, a bad URL) or
@@ -736,6 +747,13 @@ now, when others are queued (it does not jump the queue), or when n > capacity.)
           "waiters",
           [](const semaphore_object& s) { return s.figure([&] { return s.sem.waiters(); }); },
           "Callers blocked in acquire, fleet-wide.")
+      .def_property_readonly(
+          "fairness",
+          [](const semaphore_object& s) {
+            return std::string(
+                shmsem::to_string(s.figure([&] { return s.sem.snapshot().fairness; })));
+          },
+          "'fifo' or 'barging': how freed seats reach the waiters, chosen at creation.")
       .def_property_readonly(
           "utilization",
           [](const semaphore_object& s) { return s.figure([&] { return s.sem.utilization(); }); },

@@ -274,7 +274,8 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
   if (!out) return null_argument("shmsem_open", "out");
   shmsem_open_options v = SHMSEM_OPEN_OPTIONS_INIT;
   if (o && !read_options(o, v, kOpenOptionsV1, "shmsem_open_ex")) return SHMSEM_EINVAL;
-  constexpr std::uint32_t known_flags = SHMSEM_OPEN_NOCREATE | SHMSEM_OPEN_FENCING;
+  constexpr std::uint32_t known_flags =
+      SHMSEM_OPEN_NOCREATE | SHMSEM_OPEN_FENCING | SHMSEM_OPEN_BARGING;
   if (v.flags & ~known_flags)
     return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) + "): unknown flags " +
                                    std::to_string(v.flags & ~known_flags));
@@ -298,6 +299,7 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
   if (v.session_timeout_ms > 0) options.session_timeout = milliseconds(v.session_timeout_ms);
   if (v.connect_timeout_ms > 0) options.connect_timeout = milliseconds(v.connect_timeout_ms);
   options.fencing = (v.flags & SHMSEM_OPEN_FENCING) != 0;
+  if (v.flags & SHMSEM_OPEN_BARGING) options.fairness = shmsem::Fairness::barging;
   return guarded([&] {
     // Copied here: the caller's array need outlive only the call.
     if (v.trusted_owners)

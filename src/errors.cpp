@@ -114,6 +114,16 @@ const char* to_string(Outcome o) noexcept {
   return "unknown";
 }
 
+const char* to_string(Fairness f) noexcept {
+  switch (f) {
+    case Fairness::fifo:
+      return "fifo";
+    case Fairness::barging:
+      return "barging";
+  }
+  return "unknown";
+}
+
 const char* to_string(HolderState s) noexcept {
   switch (s) {
     case HolderState::alive:

@@ -52,7 +52,9 @@ void fill_entry(attachment& a, thread_entry& e, wake_list& wakes) {
 
 void after_release(attachment& a, thread_entry& e, lease_slot& l, std::uint64_t gen,
                    std::uint64_t g, std::int32_t n) noexcept {
-  const bool queued = (g & kGateQueued) != 0;
+  // Under barging, a release only wakes the first in line, and only if
+  // nobody has yet (`woken`): the seats stay free for whoever runs.
+  const bool queued = (g & kGateQueued) != 0 || ((g & kGateWaiting) && !(g & kGateWoken));
   const bool idle = gate_used(g) == n && a.hdr->idle_waiters.load(std::memory_order_relaxed) > 0;
   const bool full = e.cached == kCachedSlots;
   // The gate already has the seats: a repairer must not wait for this slot

@@ -179,7 +179,7 @@ inline void fast_bump(std::atomic<T>& a, U v) {
   SHMSEM_HOOK(fast_acquiring);
   std::uint64_t g = a.hdr->gate.load(std::memory_order_relaxed);
   do {
-    if ((g & kGateFlags) || !gate_fits(g, n)) {
+    if ((g & kGateBlocked) || !gate_fits(g, n)) {
       // Queued waiters, a repair, or no room: the locked path decides.
       l.state.store(slot_state(gen, kSlotReserved), std::memory_order_release);
       return false;
@@ -248,7 +248,7 @@ inline void fast_bump(std::atomic<T>& a, U v) {
   const std::int64_t hold = now > acquired_ns ? now - acquired_ns : 0;
   fast_bump(e->record->hold_counts[histogram_bucket(hold)], 1);
   fast_bump(e->record->hold_sum_ns, hold);
-  if ((g & kGateQueued) || e->cached == kCachedSlots ||
+  if ((g & kGateServe) || e->cached == kCachedSlots ||
       (gate_used(g) == n && a.hdr->idle_waiters.load(std::memory_order_relaxed) > 0)) [[unlikely]] {
     after_release(a, *e, l, gen, g, n);
     if (e->cached == kCachedSlots) {

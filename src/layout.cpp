@@ -55,6 +55,7 @@ problem validate(const void* base, std::uint64_t file_size, bool* key_mismatch, 
   const std::uint32_t threads = h->thread_slots.load(std::memory_order_relaxed);
   const std::uint32_t hwm = h->lease_hwm.load(std::memory_order_relaxed);
   if (cap < 1 || cap > kMaxCapacity) return problem::bad_header;
+  if (h->fairness != kFairnessFifo && h->fairness != kFairnessBarging) return problem::bad_header;
   if ((gate & ~(kSeatMask | (kSeatMask << kSeatBits) | kGateFlags)) != 0)
     return problem::bad_header;
   if (leases < static_cast<std::uint32_t>(cap) || leases > kMaxLeases) return problem::bad_header;

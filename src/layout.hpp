@@ -16,19 +16,25 @@
 // them, and nothing past them is ever touched. Each table grows under the
 // lock.
 //
-// Admission is one word, `gate`: the seats in use, the capacity, and two
-// flags (queued, frozen), so that "is there room" and "take it" are one
-// compare-and-swap. Every change of the seats in use, locked or not, is a
-// CAS on it.
+// Admission is one word, `gate`: the seats in use, the capacity, and four
+// flags (queued, frozen, waiting, woken), so that "is there room" and "take
+// it" are one compare-and-swap. Every change of the seats in use, locked or
+// not, is a CAS on it.
 //
 // Who writes what:
 // - identity fields (magic .. ewma_base_ns): written once by the initializer
 //   while it alone holds the init lock and nobody is attached; read-only
 //   afterwards.
 // - `gate`: by CAS only, from anywhere. The fast path (no lock) adds or
-//   removes seats while neither flag is set; the locked path sets and clears
-//   `queued` (a waiter is queued: the fast path must not pass it) and only a
-//   repairer sets `frozen` (every fast CAS fails until it is cleared).
+//   removes seats while neither `queued` nor `frozen` is set; the locked
+//   path sets and clears `queued` (a waiter is queued and must not be
+//   passed: always under fifo, and under barging once the first in line
+//   starves) and only a repairer sets `frozen` (every fast CAS fails until
+//   it is cleared). Under barging, a queue that may still be passed sets
+//   `waiting` instead, which sends releases to wake the first in line, and
+//   `woken` says one is on its way: set by whoever wakes it (lock holder
+//   or release, by RMW), cleared by that waiter before it sleeps again, by
+//   a CAS that fails if a seat came free meanwhile.
 // - a lease slot's `state` word says who may write the rest of the slot:
 //     free      in the free list; only a lock holder takes it out
 //     reserved  in the slot cache of process `holder`; only a thread of that
@@ -101,7 +107,7 @@
 namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 5;
+inline constexpr std::uint32_t kLayoutVersion = 6;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kMaxKeySize = 255;
 
@@ -180,13 +186,30 @@ enum lost_reason : std::uint32_t {
   kLostReleased = 4,  // the normal end, kept for completeness
 };
 
+/// segment_header::fairness.
+inline constexpr std::uint32_t kFairnessFifo = 0;
+inline constexpr std::uint32_t kFairnessBarging = 1;
+constexpr std::uint32_t fairness_code(Fairness f) {
+  return f == Fairness::barging ? kFairnessBarging : kFairnessFifo;
+}
+constexpr Fairness fairness_of(std::uint32_t code) {
+  return code == kFairnessBarging ? Fairness::barging : Fairness::fifo;
+}
+
 // --- the gate word ---------------------------------------------------------
-// bits 0-20 seats in use, 21-41 capacity, 42 queued, 43 frozen, 44-63 zero.
+// bits 0-20 seats in use, 21-41 capacity, 42 queued, 43 frozen, 44 waiting,
+// 45 woken, 46-63 zero.
 inline constexpr unsigned kSeatBits = 21;
 inline constexpr std::uint64_t kSeatMask = (std::uint64_t{1} << kSeatBits) - 1;
 inline constexpr std::uint64_t kGateQueued = std::uint64_t{1} << 42;
 inline constexpr std::uint64_t kGateFrozen = std::uint64_t{1} << 43;
-inline constexpr std::uint64_t kGateFlags = kGateQueued | kGateFrozen;
+inline constexpr std::uint64_t kGateWaiting = std::uint64_t{1} << 44;
+inline constexpr std::uint64_t kGateWoken = std::uint64_t{1} << 45;
+/// The flags that stop a lock-free acquire.
+inline constexpr std::uint64_t kGateBlocked = kGateQueued | kGateFrozen;
+inline constexpr std::uint64_t kGateFlags = kGateBlocked | kGateWaiting | kGateWoken;
+/// The flags that send a release to the queue.
+inline constexpr std::uint64_t kGateServe = kGateQueued | kGateWaiting;
 static_assert(static_cast<std::uint64_t>(kMaxCapacity) <= kSeatMask);
 
 constexpr std::int32_t gate_used(std::uint64_t g) {
@@ -311,7 +334,7 @@ struct alignas(kCacheLine) segment_header {
   std::int64_t ewma_base_ns;  // CLOCK_MONOTONIC at creation: the origin of ewma_ms()
   char key[kMaxKeySize + 1];  // NUL-terminated copy of the key
   std::uint32_t fencing;      // non-zero: every grant takes a fencing token (next_fence)
-  std::uint32_t fairness;     // the admission policy every process follows (0: strict FIFO)
+  std::uint32_t fairness;     // fairness_code(): the policy every process follows
 
   // --- the lock ----------------------------------------------------------
   alignas(kCacheLine) pthread_mutex_t mutex;

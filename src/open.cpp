@@ -28,7 +28,7 @@ using namespace layout;
 namespace {
 
 void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
-                const std::string& path, bool fencing) {
+                const std::string& path, bool fencing, std::optional<Fairness> fairness) {
   auto* h = header(base);
   // Allocate before touching a byte: a full /dev/shm then fails here with
   // ENOSPC instead of killing us with SIGBUS on the first write. A crash
@@ -70,6 +70,7 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   h->next_ticket = 1;
   h->next_fence = 1;
   h->fencing = fencing ? 1 : 0;
+  h->fairness = fairness_code(fairness.value_or(Fairness::fifo));
   link_free_holders(h, holders(base), 0, kInitialHolders);
   link_free_waiters(h, waiters(base), 0, kInitialWaiters);
   h->init_state.store(kReady, std::memory_order_release);
@@ -88,12 +89,17 @@ errc errc_for(problem p) {
   }
 }
 
-void warn_if_capacity_differs(const attachment& a, int permits) {
+void warn_if_settings_differ(const attachment& a, int permits, std::optional<Fairness> fairness) {
   if (permits > 0 && permits != a.capacity())
     log().warn(
         "semaphore '{}' exists with capacity {}; open() asked for {} and the existing "
         "capacity stands (use set_capacity to change it)",
         a.key, a.capacity(), permits);
+  if (fairness && *fairness != a.fairness())
+    log().warn(
+        "semaphore '{}' exists with fairness {}; open() asked for {} and the existing "
+        "policy stands (it is chosen when the segment is created)",
+        a.key, to_string(a.fairness()), to_string(*fairness));
 }
 
 }  // namespace
@@ -103,7 +109,8 @@ namespace {
 // Step 1 [registry]: a handle to a semaphore this process has attached
 // already shares its attachment, unless its name now leads elsewhere.
 attachment* share_attached(std::string_view key, const std::string& name, int permits,
-                           const std::vector<std::string>& trusted_owners) {
+                           const std::vector<std::string>& trusted_owners,
+                           std::optional<Fairness> fairness) {
   for (attachment* a : attachments_of_process()) {
     if (a->name != name || a->dying || a->broken_by_fork) continue;
     struct ::stat st;
@@ -114,7 +121,7 @@ attachment* share_attached(std::string_view key, const std::string& name, int pe
     ++a->handles;
     a->closing.store(false, std::memory_order_relaxed);
     for (thread_entry* e : a->entries) e->closing.store(false, std::memory_order_relaxed);
-    warn_if_capacity_differs(*a, permits);
+    warn_if_settings_differ(*a, permits, fairness);
     return a;
   }
   return nullptr;
@@ -194,7 +201,8 @@ problem map_and_check(sys::shm_file& file, std::string_view key, const std::stri
 // initializes a new or half-made segment, and clears the live state of
 // one whose users all died. A problem left over is an error.
 void initialize_if_alone(sys::shm_file& file, std::string_view key, int permits,
-                         const std::string& path, bool fencing, bool alone, problem p) {
+                         const std::string& path, bool fencing, std::optional<Fairness> fairness,
+                         bool alone, problem p) {
   if (alone) {
     if (p == problem::uninitialized || p == problem::initializing) {
       if (permits <= 0)
@@ -205,7 +213,7 @@ void initialize_if_alone(sys::shm_file& file, std::string_view key, int permits,
       if (p == problem::initializing)
         log().warn("semaphore '{}': its creator died during initialization; initializing {} again",
                    key, path);
-      initialize(file, file.base(), key, permits, path, fencing);
+      initialize(file, file.base(), key, permits, path, fencing, fairness);
     } else if (p == problem::none) {
       reset_live_state(file.base());
     }
@@ -242,8 +250,8 @@ attachment* register_attachment(std::string_view key, const std::string& name,
 
 attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t mode,
                                        std::chrono::milliseconds open_timeout,
-                                       const std::vector<std::string>& trusted_owners,
-                                       bool fencing) {
+                                       const std::vector<std::string>& trusted_owners, bool fencing,
+                                       std::optional<Fairness> fairness) {
   validate_key(key);
   const std::string name = key_to_name(key);
   const std::string path = sys::shm_path(name);
@@ -252,18 +260,18 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
       sys::precise_now_ns() + std::chrono::nanoseconds(open_timeout).count();
 
   auto g = registry_lock();
-  if (attachment* a = share_attached(key, name, permits, trusted_owners)) return a;
+  if (attachment* a = share_attached(key, name, permits, trusted_owners, fairness)) return a;
   for (int attempt = 0;; ++attempt) {
     struct ::stat st;
     auto file = open_checked(key, name, path, permits, mode, trusted_owners, st);
     if (!lock_for_init(*file, path, deadline, attempt, st)) continue;
     const bool alone = file->try_lock(kAttachLockByte, true);
     const problem p = map_and_check(*file, key, path, st);
-    initialize_if_alone(*file, key, permits, path, fencing, alone, p);
+    initialize_if_alone(*file, key, permits, path, fencing, fairness, alone, p);
     file->try_lock(kAttachLockByte, false);  // from exclusive to shared, atomically
     file->unlock(kInitLockByte);
     attachment* a = register_attachment(key, name, path, st, std::move(file));
-    warn_if_capacity_differs(*a, permits);
+    warn_if_settings_differ(*a, permits, fairness);
     return a;
   }
 }

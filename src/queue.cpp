@@ -68,9 +68,10 @@ void attachment::link_last(std::uint32_t w) {
   s.state.store(kWaiting, std::memory_order_release);
   add(hdr->waiters, 1);
   count_queued(s, 1);
-  // From now on the fast path stands aside, and its releases come here to
-  // hand their seats to the queue.
-  if (tail == kNil) set_gate_flags(kGateQueued, 0);
+  // From now on the fast path stands aside (fifo), or its releases wake the
+  // first in line (barging), and they come here to hand their seats on. A
+  // `woken` left from the queue's last use would keep the first wake away.
+  if (tail == kNil) set_gate_flags(queue_flag(), kGateWoken);
 }
 
 void attachment::requeue_first(std::uint32_t w, std::int64_t now, wake_list& wakes) {
@@ -92,8 +93,8 @@ void attachment::requeue_first(std::uint32_t w, std::int64_t now, wake_list& wak
   s.state.store(kWaiting, std::memory_order_release);
   add(hdr->waiters, 1);
   count_queued(s, 1);
-  set_gate_flags(kGateQueued, 0);
-  grant_queued(now, wakes);
+  set_gate_flags(queue_flag(), 0);
+  grant_queued(now, wakes, w + 1);
   wake_new_watchers(before, wakes);
 }
 
@@ -114,7 +115,8 @@ void attachment::dequeue(std::uint32_t w) {
   add(hdr->waiters, -1);
   // A waiter that gave up lowered its holder's count itself.
   if (s.state.load(std::memory_order_relaxed) != kAbandoned) count_queued(s, -1);
-  if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) set_gate_flags(0, kGateQueued);
+  if (hdr->queue_head.load(std::memory_order_relaxed) == kNil)
+    set_gate_flags(0, kGateQueued | kGateWaiting | kGateWoken);
 }
 
 void attachment::unlink_waiter(std::uint32_t w, wake_list& wakes) {
@@ -208,45 +210,78 @@ void attachment::wake_new_watchers(const watchers& before, wake_list& wakes) {
     nudge(now.second - 1, wakes);
 }
 
-void attachment::grant_queued(std::int64_t now, wake_list& wakes) {
+attachment::served attachment::serve_head(std::uint32_t head, std::int64_t now, wake_list& wakes) {
+  waiter_slot& s = waiters[head - 1];
+  if (s.state.load(std::memory_order_acquire) == kAbandoned) {
+    drop_abandoned(wakes);
+    return served::again;
+  }
+  // In order: a head that does not fit holds back everyone behind it.
+  if (!admit(s.weight, true)) return served::stop;
+  // Ours to serve, unless its waiter gave up since we looked.
+  std::uint32_t queued = kWaiting;
+  if (!s.state.compare_exchange_strong(queued, kServing, std::memory_order_acq_rel)) {
+    give_back(s.weight);
+    drop_abandoned(wakes);
+    return served::again;
+  }
+  std::uint64_t id = 0, gen = 0;
+  try {
+    grant(s.holder.load(std::memory_order_relaxed), s.weight, s.ttl_ms, now, id, gen, &s);
+  } catch (const SegmentError& e) {
+    tell(head - 1, kWaiting, wakes);  // a waiter about to give up waits for this
+    // No lease slot for it (a full /dev/shm, or every slot in use): the
+    // seats went back to the gate and it stays first in line. Whoever
+    // releases, or the head's own timer, tries again; the caller here
+    // (a release, a reap) has done its own part and must not fail.
+    report_error(std::string(e.what()) + " (a queued waiter stays queued until it can be served)",
+                 grant_failing);
+    return served::stop;
+  }
+  grant_failing.store(false, std::memory_order_relaxed);
+  SHMSEM_HOOK(mid_handoff);
+  record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
+  dequeue(head - 1);
+  tell(head - 1, kGranted, wakes);
+  return served::granted;
+}
+
+void attachment::grant_queued(std::int64_t now, wake_list& wakes, std::uint32_t own) {
   const watchers before = queue_watchers();
+  bool granted = false;
   for (;;) {
     const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
     if (head == kNil) break;
-    waiter_slot& s = waiters[head - 1];
-    if (s.state.load(std::memory_order_acquire) == kAbandoned) {
-      drop_abandoned(wakes);
-      continue;
-    }
-    // Strict FIFO: a head that does not fit holds back everyone behind it.
-    if (!admit(s.weight, true)) break;
-    // Ours to serve, unless its waiter gave up since we looked.
-    std::uint32_t queued = kWaiting;
-    if (!s.state.compare_exchange_strong(queued, kServing, std::memory_order_acq_rel)) {
-      give_back(s.weight);
-      drop_abandoned(wakes);
-      continue;
-    }
-    std::uint64_t id = 0, gen = 0;
-    try {
-      grant(s.holder.load(std::memory_order_relaxed), s.weight, s.ttl_ms, now, id, gen, &s);
-    } catch (const SegmentError& e) {
-      tell(head - 1, kWaiting, wakes);  // a waiter about to give up waits for this
-      // No lease slot for it (a full /dev/shm, or every slot in use): the
-      // seats went back to the gate and it stays first in line. Whoever
-      // releases, or the head's own timer, tries again; the caller here
-      // (a release, a reap) has done its own part and must not fail.
-      report_error(std::string(e.what()) + " (a queued waiter stays queued until it can be served)",
-                   grant_failing);
+    if (head != own && queue_passable()) {
+      // Barging: a seat handed to a sleeper would stay idle while it wakes
+      // up. The first in line is woken to compete for it instead, once:
+      // `woken` keeps the releases that follow from waking it again.
+      const std::uint64_t g = gate();
+      if (waiters[head - 1].state.load(std::memory_order_acquire) == kAbandoned) {
+        drop_abandoned(wakes);
+        continue;
+      }
+      if (granted && !gate_fits(g, waiters[head - 1].weight)) {
+        // Its turn came with our grant (the `woken` was ours), but there
+        // is nothing to compete for: the next release wakes it.
+        set_gate_flags(0, kGateWoken);
+      } else if (granted || !(g & kGateWoken)) {
+        set_gate_flags(kGateWoken, 0);
+        nudge(head - 1, wakes);
+      }
       break;
     }
-    grant_failing.store(false, std::memory_order_relaxed);
-    SHMSEM_HOOK(mid_handoff);
-    record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
-    dequeue(head - 1);
-    tell(head - 1, kGranted, wakes);
+    const served r = serve_head(head, now, wakes);
+    if (r == served::stop) break;
+    if (r == served::granted) granted = true;
   }
   wake_new_watchers(before, wakes);
+}
+
+void attachment::starve() {
+  if (hdr->queue_head.load(std::memory_order_relaxed) == kNil) return;
+  // The fast path stands aside, and releases hand their seats on in order.
+  set_gate_flags(kGateQueued, kGateWoken);
 }
 
 bool attachment::take_grant(std::uint32_t w, std::int64_t now, std::uint64_t& gen,
@@ -495,6 +530,11 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
   std::int64_t soon_backoff = 0;
   int soon_looks = 0;
   bool awaited = false;  // waited for the exit of a holder whose lifeline reads dead
+  // Barging: when this wait began (precise: the bound is finer than the
+  // coarse clock that stamps enqueued_ns), and whether it already took the
+  // lock to compete for a seat since it last slept.
+  const std::int64_t queued_at = sys::precise_now_ns();
+  bool competed = false;
   for (;;) {
     for (;;) {
       const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
@@ -526,6 +566,31 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
       const auto watch = a.queue_watchers();
       const bool head = watch.head == w + 1;
       const bool second = watch.second == w + 1;
+      std::int64_t pass_until = sys::kNever;
+      if (head && a.queue_passable()) {
+        // Barging: running requests may take free seats ahead of us. Woken,
+        // we compete for them; past the bound, we make the queue FIFO.
+        const std::uint64_t g = a.gate();
+        const bool starved = now - queued_at >= kStarvationBoundNs;
+        if ((layout::gate_fits(g, n) || starved) && !competed) {
+          competed = true;
+          segment_lock lk(a, deadline);
+          if (lk.owns()) {
+            if (starved && !layout::gate_fits(a.gate(), n)) a.starve();
+            a.grant_queued(lease_clock(), lk.wakes, w + 1);
+          }
+          continue;
+        }
+        if (g & layout::kGateWoken) {
+          // Nothing to compete for: the next release must wake us. The CAS
+          // fails if a seat came free since we looked; then look again.
+          std::uint64_t expected = g;
+          a.hdr->gate.compare_exchange_strong(expected, g & ~layout::kGateWoken,
+                                              std::memory_order_acq_rel);
+          continue;
+        }
+        pass_until = queued_at + kStarvationBoundNs;
+      }
       bells.collect(a, slot, seq, head);
       std::int64_t until = deadline;
       if (bells.soon) {
@@ -552,6 +617,8 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
         else if (second)
           until = std::min(until, now + kSecondWatchdogNs);
       }
+      until = std::min(until, pass_until);
+      competed = false;
       sys::waitv_result r;
       if (bells.dying != kNoSelf && !awaited) {
         // Its lifeline rang, and its token goes last: the kernel closes a
@@ -581,7 +648,7 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
         segment_lock lk(a, deadline);
         if (lk.owns()) {
           a.reap(lease_clock(), lk.wakes);
-          a.grant_queued(lease_clock(), lk.wakes);
+          a.grant_queued(lease_clock(), lk.wakes, w + 1);
         }
       }
     }

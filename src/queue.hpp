@@ -5,6 +5,7 @@
 #include <shmsem/errors.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <stop_token>
 #include <string>
@@ -43,6 +44,10 @@ inline constexpr int kSoonFastLooks = 60;
 // How far CLOCK_MONOTONIC_COARSE, which stamps lease expiries, may lag
 // CLOCK_MONOTONIC (one scheduler tick at HZ=250).
 inline constexpr std::int64_t kCoarseSlackNs = 4'000'000;
+
+// Fairness::barging: how long the first in line may be passed.
+inline constexpr std::int64_t kStarvationBoundNs =
+    std::chrono::nanoseconds(kStarvationBound).count();
 
 // How long a waiter that gives up waits for a lock holder that is granting
 // it seats at that moment (a few microseconds of work) before it leaves

@@ -291,7 +291,10 @@ void attachment::repair() {
   hdr->queue_head.store(queued.empty() ? kNil : queued.front() + 1);
   hdr->queue_tail.store(prev);
   hdr->waiters.store(static_cast<std::int32_t>(queued.size()));
-  set_gate_flags(queued.empty() ? 0 : kGateQueued, queued.empty() ? kGateQueued : 0);
+  // A starved queue stays in order; `woken` goes (every waiter is nudged
+  // below).
+  set_gate_flags(queued.empty() ? 0 : queue_flag(),
+                 kGateWoken | (queued.empty() ? kGateQueued | kGateWaiting : 0));
   // Rebuilt in ticket order, the queue may put anyone behind someone new:
   // each waiter watches the process of the one ahead, so all look again.
   for (std::uint32_t w : queued) nudge(w, told);
@@ -368,8 +371,11 @@ int attachment::resettle(std::int64_t now) {
       l.state.store(slot_state(gen, kSlotFree), std::memory_order_release);
     }
   }
-  const std::uint64_t flags = hdr->queue_head.load() != kNil ? kGateQueued : 0;
   const std::uint64_t before = hdr->gate.load();
+  // A starved queue stays so; a `woken` may be lost (a release then wakes
+  // the first in line again).
+  const std::uint64_t flags =
+      hdr->queue_head.load() != kNil ? queue_flag() | (before & kGateQueued) : 0;
   hdr->gate.store(make_gate(static_cast<std::int32_t>(std::min<std::int64_t>(used_now, kSeatMask)),
                             gate_capacity(before), flags),
                   std::memory_order_release);

@@ -199,12 +199,15 @@ struct attachment {
   // attachment, fork and detach (process.cpp); opening, initializing and
   // removing the segment (open.cpp)
   /// Attaches to `key`, creating the segment with `permits` seats when
-  /// permits > 0 and it is absent. Counts one handle. Throws SegmentError
+  /// permits > 0 and it is absent, with `fencing` and `fairness` (nullopt:
+  /// fifo); an existing segment keeps its own, and a different capacity or
+  /// fairness asked for is logged. Counts one handle. Throws SegmentError
   /// (untrusted_owner: see trust.hpp), std::invalid_argument.
   static attachment* acquire_handle(std::string_view key, int permits, mode_t mode,
                                     std::chrono::milliseconds open_timeout,
                                     const std::vector<std::string>& trusted_owners,
-                                    bool fencing = false);
+                                    bool fencing = false,
+                                    std::optional<Fairness> fairness = std::nullopt);
   /// Drops one handle; unmaps when no handle and no permit remain.
   static void release_handle(attachment* a) noexcept;
   /// The mutex over every attachment's lifecycle fields (and the registry).
@@ -229,6 +232,17 @@ struct attachment {
   std::uint64_t gate() const { return hdr->gate.load(std::memory_order_acquire); }
   std::int32_t used() const { return layout::gate_used(gate()); }
   std::int32_t capacity() const { return layout::gate_capacity(gate()); }
+  /// The policy stored in the segment (fixed at its creation).
+  Fairness fairness() const { return layout::fairness_of(hdr->fairness); }
+  /// True if running requests may pass the queue now: barging, and its
+  /// first in line has not starved.
+  bool queue_passable() const {
+    return hdr->fairness == layout::kFairnessBarging && !(gate() & layout::kGateQueued);
+  }
+  /// The gate flag a queue that is no longer empty sets.
+  std::uint64_t queue_flag() const {
+    return hdr->fairness == layout::kFairnessBarging ? layout::kGateWaiting : layout::kGateQueued;
+  }
   /// Allocated thread records, bounded by the table's size.
   std::uint32_t thread_count() const {
     return std::min(hdr->thread_slots.load(std::memory_order_acquire), layout::kMaxThreads);
@@ -238,7 +252,7 @@ struct attachment {
   bool admit(std::int32_t n, bool pass_queue);
   /// Gives `n` seats back; returns the gate as it was before.
   std::uint64_t give_back(std::int32_t n);
-  /// Sets or clears gate flags (kGateQueued, kGateFrozen) [locked].
+  /// Sets or clears gate flags (kGateQueued, kGateFrozen, ...) [locked].
   void set_gate_flags(std::uint64_t set, std::uint64_t clear);
   /// Sets the capacity in the gate [locked].
   void set_gate_capacity(std::int32_t capacity);
@@ -353,6 +367,10 @@ struct attachment {
   /// must watch other processes now.
   void wake_new_watchers(const watchers& before, wake_list& wakes);
   void reject_oversized(wake_list& wakes);
+  enum class served { granted, stop, again };
+  /// [locked] Grants the seats of waiter `head` (1-based, first in line) if
+  /// they fit; `again`: the queue changed under it, look at the new head.
+  served serve_head(std::uint32_t head, std::int64_t now_ns, wake_list& wakes);
   /// [locked] Gives queued waiter `w` its fate (kGranted, kRejected) and
   /// adds it to `wakes`; the caller has taken it out of the queue.
   void tell(std::uint32_t w, layout::waiter_state state, wake_list& wakes);
@@ -365,8 +383,14 @@ struct attachment {
   /// [locked] Puts waiter `w`, whose grant lapsed, back at the head of the
   /// queue: it was first in line when it was served.
   void requeue_first(std::uint32_t w, std::int64_t now_ns, wake_list& wakes);
-  /// Grants seats to queued waiters in FIFO order while they fit.
-  void grant_queued(std::int64_t now_ns, wake_list& wakes);
+  /// Grants seats to queued waiters in FIFO order while they fit. While
+  /// the queue is passable (queue_passable()), grants only to `own` (the
+  /// caller's own waiter slot, 1-based, if it is first in line) and otherwise wakes
+  /// the first in line to compete for the seats (kGateWoken).
+  void grant_queued(std::int64_t now_ns, wake_list& wakes, std::uint32_t own = layout::kNil);
+  /// [locked] Under barging: the first in line has waited past the bound,
+  /// so the queue is served in order until it is empty.
+  void starve();
   /// The head waiter's watch (no lock): true if reap() would find anything:
   /// a lease past its expiry, a recount due, or a dead process among the
   /// holders that can owe seats (a lease slot or a waiter of theirs). Reads

@@ -154,6 +154,10 @@ static void check_options(const Options& options) {
   if (options.open_timeout.count() < 0)
     throw std::invalid_argument("shmsem: negative open_timeout");
   detail::validate_trusted_owners(options.trusted_owners);
+  if (options.fairness && *options.fairness != Fairness::fifo &&
+      *options.fairness != Fairness::barging)
+    throw std::invalid_argument("shmsem: unknown Options::fairness " +
+                                std::to_string(static_cast<int>(*options.fairness)));
 }
 
 Semaphore Semaphore::open(std::string_view key, int permits, const Options& options) {
@@ -164,13 +168,17 @@ Semaphore Semaphore::open(std::string_view key, int permits, const Options& opti
                                 "') needs permits from 1 to " + std::to_string(kMaxCapacity) +
                                 ", got " + std::to_string(permits));
   check_options(options);
+  if (remote && options.fairness == Fairness::barging)
+    throw std::invalid_argument("shmsem: open('" + std::string(key) +
+                                "'): Redis keys are always FIFO (Fairness::barging is for "
+                                "shared memory)");
   auto h = std::make_unique<handle>();
   h->opts = options;
   if (remote)
     h->remote = detail::redis::open(key, permits, options);
   else
     h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout,
-                                        options.trusted_owners, options.fencing);
+                                        options.trusted_owners, options.fencing, options.fairness);
   h->id = detail::next_handle_id++;
   {
     std::lock_guard g(detail::handles_mutex);
@@ -421,7 +429,7 @@ namespace {
     w = a.enqueue(self, n, q.ttl_ms, now);
     // Seats a lock-free release gave back after admits_now() looked, before
     // the queue flag stopped the fast path: serve the queue now.
-    a.grant_queued(now, lk.wakes);
+    a.grant_queued(now, lk.wakes, w + 1);
   }
 
   // --- blocked: sleep on our waiter slot until granted or told to stop ---
@@ -625,6 +633,7 @@ Snapshot Semaphore::snapshot() const {
           std::chrono::nanoseconds(h_->att->hdr->created_realtime_ns)));
   detail::describe_segment(*h_->att, h_->opts.trusted_owners, s);
   s.death_wakeup = detail::describe_death_wakeup(*h_->att);
+  s.fairness = h_->att->fairness();
   return s;
 }
 

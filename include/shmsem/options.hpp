@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <shmsem/export.hpp>
 
 #include <chrono>
 #include <memory>
@@ -21,6 +22,29 @@ inline constexpr int kMaxCapacity = 1'000'000;
 /// Longest TTL or wait budget accepted (about 11.5 days). Longer values are
 /// rejected with std::invalid_argument rather than silently overflowing.
 inline constexpr std::chrono::milliseconds kMaxDuration{1'000'000'000};
+
+/// How a freed seat reaches the requests that wait for one. Stored in the
+/// segment when it is created, so that every process follows the same one.
+enum class Fairness {
+  /// Strict FIFO (the default): while anyone waits, a freed seat goes to
+  /// the first in line, and a new request (try_acquire too) queues behind.
+  /// No request is ever passed, but each handoff leaves the seat idle while
+  /// its waiter wakes up.
+  fifo,
+  /// A running request may take a free seat ahead of the sleeping ones (as
+  /// Go's sync.Mutex in its normal mode); the first in line is woken to
+  /// compete for it. Once the first in line has waited longer than
+  /// kStarvationBound, the semaphore turns FIFO until its queue is empty:
+  /// nobody starves, whatever the weights.
+  barging,
+};
+
+/// "fifo" or "barging".
+SHMSEM_API const char* to_string(Fairness f) noexcept;
+
+/// How long the first waiter in line lets running requests pass it under
+/// Fairness::barging before seats go to the queue in order.
+inline constexpr std::chrono::milliseconds kStarvationBound{1};
 
 /// Settings of one handle, given to Semaphore::open.
 struct Options {
@@ -64,6 +88,12 @@ struct Options {
   /// segment lock. Without it tokens are 0 and the lock-free path is
   /// unchanged. Redis grants always carry tokens.
   bool fencing = false;
+  /// Shared memory only: the fairness policy of a segment this call
+  /// creates (nullopt: Fairness::fifo). An existing segment keeps its own,
+  /// and a different one asked for here is logged as a warning, as a
+  /// different capacity is. Redis keys are always FIFO: asking for
+  /// barging on one throws std::invalid_argument.
+  std::optional<Fairness> fairness;
 };
 
 /// Settings of one acquire() or try_acquire().

@@ -9,7 +9,11 @@
 // Ordering: waiters are served in strict FIFO order across processes. A
 // request that does not fit yet blocks every request behind it, so a large
 // request is never starved by a stream of small ones. try_acquire() does not
-// jump the queue: it fails while anyone is waiting.
+// jump the queue: it fails while anyone is waiting. A semaphore created with
+// Fairness::barging (options.hpp) relaxes this for throughput: a running
+// request may pass the queue until its first in line has waited
+// kStarvationBound, and the queue is then served in this strict order until
+// it is empty.
 //
 // A Semaphore is movable and safe to use from many threads at once. Many
 // handles to one key in one process share one mapping.
@@ -139,8 +143,8 @@ class SHMSEM_API Semaphore {
   ~Semaphore();
 
   /// Takes n seats, all or nothing, blocking in FIFO order until they are
-  /// free. Ends with AcquisitionError: Reason::timeout when
-  /// opts.wait_timeout runs out (the wait for the segment lock counts; once
+  /// free (under Fairness::barging, it may first pass the queue). Ends with AcquisitionError:
+  /// Reason::timeout when opts.wait_timeout runs out (the wait for the segment lock counts; once
   /// queued, the call leaves the queue without the lock, except in the rare
   /// cases docs/guarantees.md lists under "a process stopped while it holds
   /// the segment lock"),
@@ -149,16 +153,18 @@ class SHMSEM_API Semaphore {
   /// waiting. Throws SegmentError when the segment cannot be used (for
   /// example a full /dev/shm when the lease table must grow), and
   /// std::invalid_argument for n < 1 or a bad duration.
-  /// While it waits, dead holders and expired leases are reclaimed within
-  /// about 20 ms. A grant whose TTL ran out before this thread ran to take
-  /// it is not returned: the call queues again, first in line. The permit
+  /// While it waits, a dead holder's seats are reclaimed when the kernel
+  /// reports the death (Snapshot::death_wakeup says how, and when it falls
+  /// back to a 20 ms tick), and expired leases at their expiry. A grant whose TTL ran out before
+  /// this thread ran to take it is not returned: the call queues again, first in line. The permit
   /// it returns was held when it was taken. Uncontended, it makes no system
   /// call and no allocation.
   Permit acquire(int n = 1, const AcquireOptions& opts = {});
 
   /// One attempt, no waiting for seats. Reclaims dead holders' seats and
   /// expired leases before it reports the semaphore full. Returns nullopt
-  /// when the seats are not free now, when others are queued, when n >
+  /// when the seats are not free now, when others are queued (under
+  /// Fairness::barging: only once the first in line starved), when n >
   /// capacity(), after shutdown, or when the segment lock stayed busy for
   /// about 10 ms (a process stopped while holding it; logged once per
   /// process). Throws std::invalid_argument for n < 1, SegmentError when the

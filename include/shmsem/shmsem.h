@@ -102,6 +102,11 @@ SHMSEM_API int shmsem_open(const char* key, uint32_t permits, shmsem_sem** out);
 /* Flags of shmsem_open_options. */
 #define SHMSEM_OPEN_NOCREATE 1u /* open an existing semaphore only; permits is ignored */
 #define SHMSEM_OPEN_FENCING 2u  /* shared memory, at creation: grants carry fencing tokens */
+/* Shared memory, at creation: Fairness::barging (shmsem/options.hpp), where
+ * a running request may take a free seat ahead of the sleeping ones until
+ * the first in line has waited 1 ms; without it, FIFO. A Redis key refuses
+ * it (SHMSEM_EINVAL). A library older than this flag refuses it too. */
+#define SHMSEM_OPEN_BARGING 4u
 
 typedef struct {
   uint32_t size;           /* sizeof(shmsem_open_options) */

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <shmsem/export.hpp>
+#include <shmsem/options.hpp>
 
 #include <array>
 #include <chrono>
@@ -147,6 +148,8 @@ struct Snapshot {
   /// attached processes), or at the reclaim tick, and why. Empty on Redis,
   /// whose leases end with their sessions.
   std::string death_wakeup;
+  /// How freed seats reach the waiters (always fifo on Redis).
+  Fairness fairness = Fairness::fifo;
 };
 
 /// Half-life of utilization_smoothed(): a change in load shows half its

@@ -115,6 +115,7 @@ class Semaphore:
         session_timeout: Optional[float] = ...,
         connect_timeout: Optional[float] = ...,
         fencing: bool = ...,
+        fairness: Optional[str] = ...,
     ) -> None: ...
     @staticmethod
     def attach(
@@ -141,6 +142,8 @@ class Semaphore:
     def key(self) -> str: ...
     @property
     def capacity(self) -> int: ...
+    @property
+    def fairness(self) -> str: ...
     @property
     def used(self) -> int: ...
     @property

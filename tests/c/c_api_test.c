@@ -266,6 +266,13 @@ static void open_options_default_ttl_and_nocreate(void) {
   oo = (shmsem_open_options)SHMSEM_OPEN_OPTIONS_INIT;
   oo.flags = 0x80;
   CHECK_RC(shmsem_open_ex(key("openex"), 2, &oo, &t), SHMSEM_EINVAL);
+  /* The fairness policy is the creator's; Redis keys are always FIFO. */
+  oo.flags = SHMSEM_OPEN_BARGING;
+  CHECK_RC(shmsem_open_ex(key("barging"), 1, &oo, &t), SHMSEM_OK);
+  shmsem_close(t);
+  shmsem_remove(key("barging"));
+  CHECK_RC(shmsem_open_ex("redis://127.0.0.1:1/barging", 1, &oo, &t), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "FIFO") != NULL);
   shmsem_close(s);
   shmsem_remove(key("openex"));
 }

@@ -93,15 +93,35 @@ void kill_and_wait(pid_t pid) {
 
 // Runs `make` on a fresh semaphore of `capacity`, then writes its seeds.
 void state(const std::string& name, int capacity,
-           const std::function<void(shmsem::Semaphore&, const std::string&)>& make) {
+           const std::function<void(shmsem::Semaphore&, const std::string&)>& make,
+           const shmsem::Options& options = {}) {
   const std::string key = "fuzz.seed." + std::to_string(::getpid()) + "." + name;
   shmsem::Semaphore::remove(key);
   {
-    auto s = shmsem::Semaphore::open(key, capacity);
+    auto s = shmsem::Semaphore::open(key, capacity, options);
     make(s, key);
     write_seeds(name, key);
   }
   shmsem::Semaphore::remove(key);
+}
+
+// Another process holds all `capacity` seats while `n` threads here wait;
+// the seeds `name` are written then.
+void full_with_waiters(shmsem::Semaphore& s, const std::string& key, int capacity, int n,
+                       const std::string& name) {
+  const pid_t h = holder(key, capacity);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < n; ++i)
+    waiters.emplace_back([&] {
+      try {
+        s.acquire(1, {.wait_timeout = 500ms});
+      } catch (const shmsem::AcquisitionError&) {
+      }
+    });
+  while (s.waiters() < n) std::this_thread::yield();
+  write_seeds(name, key);
+  for (auto& t : waiters) t.join();
+  kill_and_wait(h);
 }
 
 }  // namespace
@@ -126,20 +146,14 @@ int main(int argc, char** argv) {
     static auto kept = s.acquire();  // held when the page is read
   });
   state("cap4-full-3waiters", 4, [](shmsem::Semaphore& s, const std::string& key) {
-    const pid_t h = holder(key, 4);
-    std::vector<std::thread> waiters;
-    for (int i = 0; i < 3; ++i)
-      waiters.emplace_back([&] {
-        try {
-          s.acquire(1, {.wait_timeout = 500ms});
-        } catch (const shmsem::AcquisitionError&) {
-        }
-      });
-    while (s.waiters() < 3) std::this_thread::yield();
-    write_seeds("cap4-full-3waiters-live", key);
-    for (auto& t : waiters) t.join();
-    kill_and_wait(h);
+    full_with_waiters(s, key, 4, 3, "cap4-full-3waiters-live");
   });
+  // Barging: the queue sets `waiting` instead of `queued`.
+  state("cap2-barging-full-2waiters", 2,
+        [](shmsem::Semaphore& s, const std::string& key) {
+          full_with_waiters(s, key, 2, 2, "cap2-barging-full-2waiters-live");
+        },
+        {.fairness = shmsem::Fairness::barging});
   state("cap100-20procs-held", 100, [](shmsem::Semaphore&, const std::string& key) {
     std::vector<pid_t> held;
     for (int i = 0; i < 20; ++i) held.push_back(holder(key, 1));

@@ -143,6 +143,16 @@ def test_bad_and_unreachable_urls_fail_clearly(redis_socket):
     assert time.monotonic() - start < 20
 
 
+def test_fairness_is_chosen_at_creation(make_key):
+    key = make_key("barging")
+    sem = shmsem.Semaphore(key, 2, fairness="barging")
+    assert sem.fairness == "barging"
+    assert shmsem.Semaphore(key, 2, fairness="fifo").fairness == "barging"
+    assert shmsem.Semaphore(make_key("plain"), 1).fairness == "fifo"
+    with pytest.raises(ValueError, match="fairness"):
+        shmsem.Semaphore(make_key("bad"), 1, fairness="fast")
+
+
 def test_fencing_tokens_on_shared_memory_are_opt_in(make_key):
     plain = shmsem.Semaphore(make_key("plain"), 1)
     with plain.acquire() as p:

@@ -719,6 +719,26 @@ TEST(ShmsemAdmin, CreateSetsCapacityAndMode) {
   EXPECT_EQ(shmsem_cli({"create", key.str(), "-p", "1", "--mode", "rw"}).status, 2);
 }
 
+TEST(ShmsemAdmin, CreateStoresTheFairnessAndInfoShowsIt) {
+  unique_key key;
+  auto r = shmsem_cli({"create", key.str(), "-p", "2", "--fairness", "barging"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("fairness barging"), std::string::npos) << r.out;
+  EXPECT_EQ(Semaphore::attach(key).snapshot().fairness, shmsem::Fairness::barging);
+  EXPECT_EQ(parsed(shmsem_cli({"info", key.str(), "--json"}))["fairness"], "barging");
+  r = shmsem_cli({"info", key.str()});
+  EXPECT_NE(r.out.find("barging"), std::string::npos) << r.out;
+  // The policy is the segment's: asking for another one later is refused.
+  EXPECT_EQ(shmsem_cli({"create", key.str(), "-p", "2", "--fairness", "barging"}).status, 0);
+  r = shmsem_cli({"create", key.str(), "-p", "2", "--fairness", "fifo"});
+  EXPECT_EQ(r.status, 5);
+  EXPECT_NE(r.err.find("exists with fairness barging"), std::string::npos) << r.err;
+  EXPECT_EQ(shmsem_cli({"create", key.str(), "-p", "2", "--fairness", "fast"}).status, 2);
+  unique_key plain;
+  ASSERT_EQ(shmsem_cli({"create", plain.str(), "-p", "1"}).status, 0);
+  EXPECT_EQ(parsed(shmsem_cli({"info", plain.str(), "--json"}))["fairness"], "fifo");
+}
+
 TEST(ShmsemAdmin, ResizeChangesTheCapacity) {
   unique_key key;
   auto sem = Semaphore::open(key, 2);

@@ -104,7 +104,7 @@ TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kThreadsOffset % 4096u, 2048u);
   EXPECT_EQ(kLeasesOffset % 4096u, 0u);
   EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
-  EXPECT_EQ(kLayoutVersion, 5u);
+  EXPECT_EQ(kLayoutVersion, 6u);
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
 }
 
@@ -204,7 +204,14 @@ TEST(Layout, EachDefectIsNamed) {
   EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
   h->gate.store(make_gate(0, 4, 0) | (std::uint64_t{1} << 50));  // bits no field owns
   EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
+  h->gate.store(make_gate(0, 4, kGateWaiting | kGateWoken));  // barging's flags are the gate's
+  EXPECT_EQ(validate(img.data(), img.size()), problem::none);
   h->gate.store(make_gate(0, 4, 0));
+  h->fairness = 2;  // no such policy
+  EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
+  h->fairness = kFairnessBarging;
+  EXPECT_EQ(validate(img.data(), img.size()), problem::none);
+  h->fairness = kFairnessFifo;
   h->thread_slots.store(kMaxThreads + 1);
   EXPECT_EQ(validate(img.data(), img.size()), problem::bad_header);
   h->thread_slots.store(kInitialThreads);

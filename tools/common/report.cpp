@@ -402,6 +402,7 @@ void print_info(std::ostream& out, const row& r, clock::time_point now) {
                   static_cast<unsigned long long>(n));
     return std::string(buf);
   };
+  field("fairness", shmsem::to_string(s.fairness));
   if (!s.death_wakeup.empty()) field("deaths", printable(s.death_wakeup));
   field("mean wait", mean(st.wait) + " grants");
   field("mean hold", mean(st.hold) + " releases");
@@ -462,6 +463,7 @@ nlohmann::json to_json(const row& r, clock::time_point now) {
   j["waiters"] = s.waiters;
   j["utilization"] = s.utilization;
   j["utilization_smoothed"] = s.utilization_smoothed;
+  j["fairness"] = shmsem::to_string(s.fairness);
   if (!s.death_wakeup.empty()) j["death_wakeup"] = s.death_wakeup;
   j["acquire_rate"] = r.acquire_rate ? nlohmann::json(*r.acquire_rate) : nlohmann::json();
   j["timeout_rate"] = r.timeout_rate ? nlohmann::json(*r.timeout_rate) : nlohmann::json();

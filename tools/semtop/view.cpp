@@ -198,7 +198,8 @@ void view::draw_holders(int top) {
   const auto& s = *r->snap;
   std::string title = "holders of " + r->key + "   seats " + std::to_string(s.used) + "/" +
                       std::to_string(s.capacity) + "   waiters: " + std::to_string(s.waiters) +
-                      "   leases: " + std::to_string(s.holders.size());
+                      "   leases: " + std::to_string(s.holders.size()) + "   " +
+                      shmsem::to_string(s.fairness);
   if (r->owner) title += "   owner " + owner_text(*r->owner) + " " + mode_cell(r->owner->mode);
   const auto c = cells(*r);
   if (!c.note.empty()) title += "   " + c.note;

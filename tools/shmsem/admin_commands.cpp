@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace shmsem_cli {
 namespace {
@@ -24,7 +25,7 @@ std::string of_whom(const std::string& whose) {
 }
 
 int create(const std::string& key, int permits, const std::string& mode_text,
-           const shmsem::Options& trust) {
+           std::optional<shmsem::Fairness> fairness, const shmsem::Options& trust) {
   const auto mode = parse_mode(mode_text);
   if (!mode) {
     error_message("bad --mode (octal, at most 0777): " + mode_text);
@@ -32,8 +33,15 @@ int create(const std::string& key, int permits, const std::string& mode_text,
   }
   try {
     auto existing = shmsem::Semaphore::attach(key, trust);
+    const shmsem::Fairness policy = existing.snapshot().fairness;
+    if (fairness && *fairness != policy) {
+      error_message(key + ": exists with fairness " + shmsem::to_string(policy) +
+                    "; the policy is chosen when a semaphore is created (remove it first)");
+      return kFailure;
+    }
     if (existing.capacity() == permits) {
-      std::printf("%s: exists, capacity %d\n", key.c_str(), permits);
+      std::printf("%s: exists, capacity %d, fairness %s\n", key.c_str(), permits,
+                  shmsem::to_string(policy));
       return kOk;
     }
     error_message(key + ": exists with capacity " + std::to_string(existing.capacity()) +
@@ -44,8 +52,10 @@ int create(const std::string& key, int permits, const std::string& mode_text,
   }
   shmsem::Options opts = trust;
   opts.mode = static_cast<mode_t>(*mode);
+  opts.fairness = fairness;
   auto sem = shmsem::Semaphore::open(key, permits, opts);
-  std::printf("%s: created, capacity %d\n", key.c_str(), sem.capacity());
+  std::printf("%s: created, capacity %d, fairness %s\n", key.c_str(), sem.capacity(),
+              shmsem::to_string(sem.snapshot().fairness));
   return kOk;
 }
 
@@ -228,7 +238,7 @@ int gc(bool dry_run, const std::string& prefix) {
 void add_admin_commands(CLI::App& app, int& result) {
   {
     struct args {
-      std::string key, mode = "0600";
+      std::string key, mode = "0600", fairness;
       int permits = 0;
     };
     auto a = std::make_shared<args>();
@@ -239,8 +249,17 @@ void add_admin_commands(CLI::App& app, int& result) {
         ->required()
         ->check(CLI::Range(1, 1'000'000));
     cmd->add_option("--mode", a->mode, "File mode, octal (default 0600; 0660 shares with group)");
+    cmd->add_option("--fairness", a->fairness,
+                    "fifo (default: a freed seat goes to the first in line) or barging "
+                    "(running requests may pass the queue for up to 1 ms)")
+        ->check(CLI::IsMember({"fifo", "barging"}));
     add_trust_option(cmd, trust->trusted_owners);
-    cmd->callback([a, trust, &result] { result = create(a->key, a->permits, a->mode, *trust); });
+    cmd->callback([a, trust, &result] {
+      std::optional<shmsem::Fairness> fairness;
+      if (!a->fairness.empty())
+        fairness = a->fairness == "barging" ? shmsem::Fairness::barging : shmsem::Fairness::fifo;
+      result = create(a->key, a->permits, a->mode, fairness, *trust);
+    });
   }
   {
     auto key = std::make_shared<std::string>();

@@ -1,0 +1,217 @@
+// fairness_test.cpp: the two fairness policies. Under fifo a freed seat
+// goes to the first in line; under barging a running request may take it
+// ahead of the sleeping ones, until the first in line has waited past
+// kStarvationBound, after which the queue is served in order, weights and
+// all, until it is empty. The policy is the segment's, chosen at creation.
+#include <shmsem/shmsem.hpp>
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace shmsem {
+namespace {
+
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+
+Options with(Fairness f) {
+  Options o;
+  o.fairness = f;
+  return o;
+}
+
+// Shared between forked processes: anonymous, MAP_SHARED.
+template <class T>
+struct shared {
+  T* p;
+  shared() {
+    void* m = ::mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("mmap");
+    p = new (m) T{};
+  }
+  ~shared() { ::munmap(p, sizeof(T)); }
+  T* operator->() { return p; }
+};
+
+TEST(Fairness, IsChosenByTheCreatorAndKeptByEveryLaterOpen) {
+  SHMSEM_SHM_ONLY();
+  test::unique_key key;
+  auto sem = Semaphore::open(key, 2, with(Fairness::barging));
+  EXPECT_EQ(sem.snapshot().fairness, Fairness::barging);
+  // Another policy asked for later is logged, and the stored one stands.
+  auto other = Semaphore::open(key, 2, with(Fairness::fifo));
+  EXPECT_EQ(other.snapshot().fairness, Fairness::barging);
+  EXPECT_EQ(Semaphore::attach(key).snapshot().fairness, Fairness::barging);
+  EXPECT_EQ(Semaphore::inspect(key).fairness, Fairness::barging);
+  test::unique_key plain;
+  EXPECT_EQ(Semaphore::open(plain, 1).snapshot().fairness, Fairness::fifo);
+  EXPECT_STREQ(to_string(Fairness::barging), "barging");
+  EXPECT_STREQ(to_string(Fairness::fifo), "fifo");
+}
+
+TEST(Fairness, AnUnknownPolicyOrBargingOnRedisIsRejected) {
+  test::unique_key key;
+  EXPECT_THROW(Semaphore::open(key, 1, with(static_cast<Fairness>(7))), std::invalid_argument);
+  // Refused before any connection: no server is needed to see it.
+  EXPECT_THROW(Semaphore::open("redis://127.0.0.1:1/fairness", 1, with(Fairness::barging)),
+               std::invalid_argument);
+}
+
+// A waiter asleep in another process, stopped there (SIGSTOP), and a seat
+// freed here: under barging this thread, which runs, takes it at once;
+// under fifo it was handed to the stopped waiter and this thread gets none.
+class PassingTheQueue : public ::testing::TestWithParam<Fairness> {};
+
+TEST_P(PassingTheQueue, ARunningRequestPassesAStoppedWaiterOnlyUnderBarging) {
+  SHMSEM_SHM_ONLY();
+  test::unique_key key;
+  auto sem = Semaphore::open(key, 1, with(GetParam()));
+  test::pipe_channel go, got;
+  // Forked before this process's first acquire (docs/testing.md, on fork).
+  test::child_process waiter([&] {
+    go.receive();
+    auto s = Semaphore::attach(key);
+    Permit p = s.acquire(1, {.wait_timeout = 30s});
+    got.send('g');
+    return 0;
+  });
+  Permit held = sem.acquire();
+  go.send();
+  ASSERT_TRUE(test::eventually(
+      [&] { return sem.waiters() == 1 && test::asleep_in_futex(waiter.pid(), waiter.pid()); }));
+  waiter.kill(SIGSTOP);
+  held.release();
+  std::optional<Permit> passed = sem.try_acquire();
+  if (GetParam() == Fairness::barging) {
+    EXPECT_TRUE(passed.has_value()) << "a running request must pass a sleeping waiter";
+    EXPECT_EQ(sem.waiters(), 1);
+  } else {
+    EXPECT_FALSE(passed.has_value()) << "fifo: the freed seat belongs to the first in line";
+  }
+  passed.reset();
+  waiter.kill(SIGCONT);
+  EXPECT_EQ(got.receive(), 'g');
+  EXPECT_EQ(waiter.wait(), 0);
+  EXPECT_EQ(sem.used(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PassingTheQueue,
+                         ::testing::Values(Fairness::fifo, Fairness::barging),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+// Capacity 4, three seats held here, a weight-3 request waiting in another
+// process. A weight-1 try_acquire could pass it for the one free seat; once
+// the first in line has waited past the bound it may not, and the queue is
+// served in order: a weight-1 request that comes later waits behind the
+// weight-3 head even while two seats are free, and is served after it.
+TEST(Fairness, AWeightedHeadThatWaitedPastTheBoundIsServedBeforeNewcomers) {
+  SHMSEM_SHM_ONLY();
+  test::unique_key key;
+  auto sem = Semaphore::open(key, 4, with(Fairness::barging));
+  test::pipe_channel go, got, done;
+  test::child_process heavy([&] {
+    go.receive();
+    auto s = Semaphore::attach(key);
+    Permit p = s.acquire(3, {.wait_timeout = 30s});
+    got.send('h');
+    done.receive();
+    return 0;
+  });
+  std::vector<Permit> held;
+  for (int i = 0; i < 3; ++i) held.push_back(sem.acquire());
+  go.send();
+  ASSERT_TRUE(test::eventually(
+      [&] { return sem.waiters() == 1 && test::asleep_in_futex(heavy.pid(), heavy.pid()); }));
+  // The free seat: taken by running requests until the head has waited
+  // past the bound, then kept for it.
+  ASSERT_TRUE(test::eventually([&] { return !sem.try_acquire().has_value(); }, 20s))
+      << "the weight-3 head waits past the bound, and weight-1 requests still pass it";
+  EXPECT_EQ(sem.used(), 3);
+  std::atomic<pid_t> newcomer_tid{0};
+  std::atomic<bool> newcomer_got{false};
+  std::thread newcomer([&] {
+    newcomer_tid.store(static_cast<pid_t>(::syscall(SYS_gettid)));
+    Permit p = sem.acquire(1, {.wait_timeout = 30s});
+    newcomer_got.store(true);
+  });
+  ASSERT_TRUE(test::eventually([&] {
+    return sem.waiters() == 2 && newcomer_tid.load() != 0 &&
+           test::asleep_in_futex(newcomer_tid.load());
+  }));
+  held.pop_back();  // two seats free: not enough for the head, and nobody passes it
+  EXPECT_FALSE(sem.try_acquire().has_value());
+  EXPECT_FALSE(newcomer_got.load());
+  EXPECT_EQ(sem.used(), 2);
+  held.pop_back();  // three: the head's
+  EXPECT_EQ(got.receive(), 'h');
+  EXPECT_FALSE(newcomer_got.load()) << "the newcomer was served before the weight-3 head";
+  done.send();
+  EXPECT_EQ(heavy.wait(), 0);
+  newcomer.join();
+  EXPECT_TRUE(newcomer_got.load());
+  // The queue emptied: running requests may pass again.
+  EXPECT_EQ(sem.waiters(), 0);
+  EXPECT_EQ(sem.snapshot().fairness, Fairness::barging);
+}
+
+// Four threads in two processes take and give back one seat each as fast
+// as they can; weight-3 requests from this process still get through, each
+// within a generous budget: the bound, not luck, lets them in.
+TEST(Fairness, WeightedRequestsDoNotStarveAmongBargers) {
+  SHMSEM_SHM_ONLY();
+  test::unique_key key;
+  auto sem = Semaphore::open(key, 4, with(Fairness::barging));
+  struct flags {
+    std::atomic<int> stop;
+    std::atomic<long> taken;
+  };
+  shared<flags> f;
+  test::pipe_channel ready;
+  std::vector<test::child_process> bargers;
+  for (int p = 0; p < 2; ++p)
+    bargers.emplace_back([&] {
+      auto s = Semaphore::attach(key);
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 2; ++t)
+        threads.emplace_back([&] {
+          while (f->stop.load() == 0) {
+            Permit permit = s.acquire(1, {.wait_timeout = 30s});
+            f->taken.fetch_add(1);
+          }
+        });
+      ready.send();
+      for (auto& t : threads) t.join();
+      return 0;
+    });
+  for (int p = 0; p < 2; ++p) ASSERT_EQ(ready.receive(), '.');
+  ASSERT_TRUE(test::eventually([&] { return f->taken.load() > 1000; }));
+  clk::duration longest{};
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = clk::now();
+    Permit p = sem.acquire(3, {.wait_timeout = 20s});
+    longest = std::max(longest, clk::now() - t0);
+    EXPECT_LE(sem.used(), 4);
+  }
+  f->stop.store(1);
+  for (auto& b : bargers) EXPECT_EQ(b.wait(), 0);
+  RecordProperty(
+      "longest_weight3_wait_us",
+      static_cast<int>(std::chrono::duration_cast<std::chrono::microseconds>(longest).count()));
+  EXPECT_EQ(sem.used(), 0);
+}
+
+}  // namespace
+}  // namespace shmsem
