@@ -176,7 +176,7 @@ benchmark::internal::Benchmark* register_process(const std::string& name,
 /// The families, in the order of the cases.
 void register_uncontended();    // cases 1-5
 void register_wake_latency();   // case 6
-void register_contended();      // case 7
+void register_contended();      // case 7, and the 100 µs hold
 void register_crash_reclaim();  // case 8
 void register_scaling();        // case 9
 void register_fleet();          // the fleet rows

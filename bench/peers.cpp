@@ -54,6 +54,8 @@ const char* impl_name(Impl impl) noexcept {
   switch (impl) {
     case Impl::shmsem:
       return "shmsem";
+    case Impl::shmsem_barging:
+      return "shmsem_barging";
     case Impl::posix_sem:
       return "posix_sem";
     case Impl::sysv_undo:
@@ -67,7 +69,8 @@ const char* impl_name(Impl impl) noexcept {
 }
 
 bool crash_safe(Impl impl) noexcept {
-  return impl == Impl::shmsem || impl == Impl::sysv_undo || impl == Impl::flock;
+  return impl == Impl::shmsem || impl == Impl::shmsem_barging || impl == Impl::sysv_undo ||
+         impl == Impl::flock;
 }
 
 bool counting(Impl impl) noexcept {
@@ -148,10 +151,24 @@ bool FlockSem::try_acquire() noexcept {
 
 namespace {
 
+shmsem::Options with_fairness(shmsem::Fairness fairness) {
+  shmsem::Options options;
+  options.fairness = fairness;
+  return options;
+}
+
 class ShmsemContender final : public Contender {
  public:
-  ShmsemContender(const std::string& key, int capacity)
-      : sem_(shmsem::Semaphore::open(key, capacity)) {}
+  ShmsemContender(const std::string& key, int capacity, shmsem::Fairness fairness)
+      : sem_(shmsem::Semaphore::open(key, capacity, with_fairness(fairness))) {
+    // The policy is the creator's: a segment made fifo would measure fifo
+    // under barging's name. Only barging is checked, because the
+    // short-lived fleet rows time plain shmsem's open and a snapshot is
+    // not free.
+    if (fairness == shmsem::Fairness::fifo) return;
+    if (const shmsem::Fairness made = sem_.snapshot().fairness; made != fairness)
+      throw std::runtime_error(key + " was created with fairness " + shmsem::to_string(made));
+  }
   void acquire() override { held_ = sem_.acquire(1); }
   void release() override { held_.release(); }
 
@@ -162,14 +179,16 @@ class ShmsemContender final : public Contender {
 
 class ShmsemShared final : public SharedSemaphore {
  public:
-  ShmsemShared(int capacity, std::string_view tag) : key_(tag), capacity_(capacity) {}
+  ShmsemShared(int capacity, std::string_view tag, shmsem::Fairness fairness)
+      : key_(tag), capacity_(capacity), fairness_(fairness) {}
   std::unique_ptr<Contender> join() override {
-    return std::make_unique<ShmsemContender>(key_.str(), capacity_);
+    return std::make_unique<ShmsemContender>(key_.str(), capacity_, fairness_);
   }
 
  private:
   ScopedKey key_;  // the segment is created by the first child that joins
   int capacity_;
+  shmsem::Fairness fairness_;
 };
 
 class PosixContender final : public Contender {
@@ -264,7 +283,9 @@ std::unique_ptr<SharedSemaphore> make_shared_semaphore(Impl impl, int capacity,
                                                        std::string_view tag) {
   switch (impl) {
     case Impl::shmsem:
-      return std::make_unique<ShmsemShared>(capacity, tag);
+      return std::make_unique<ShmsemShared>(capacity, tag, shmsem::Fairness::fifo);
+    case Impl::shmsem_barging:
+      return std::make_unique<ShmsemShared>(capacity, tag, shmsem::Fairness::barging);
     case Impl::posix_sem:
       return std::make_unique<PosixShared>(capacity);
     case Impl::sysv_undo:

@@ -4,6 +4,8 @@
 //   sysv_undo  a System V semaphore, every semop with SEM_UNDO
 //   boost_ipc  boost::interprocess::interprocess_semaphore in a MAP_SHARED mapping
 //   flock      flock(2) on a file in /dev/shm (a lock: capacity 1 only)
+// and shmsem in its second fairness policy:
+//   shmsem_barging  a segment created with Fairness::barging
 //
 // The concrete classes serve the single-thread hot-path cases, where a
 // virtual call would be a measurable share of a 15 ns operation. The
@@ -21,7 +23,11 @@
 
 namespace shmsem_bench {
 
-enum class Impl { shmsem, posix_sem, sysv_undo, boost_ipc, flock };
+enum class Impl { shmsem, shmsem_barging, posix_sem, sysv_undo, boost_ipc, flock };
+/// shmsem and its peers, as the cross-process cases compare them. Barging
+/// is left out: it only changes who gets a contended seat, so it runs only
+/// in the cases that contend (contended.cpp); the others would measure
+/// plain shmsem twice.
 inline constexpr Impl kAllImpls[] = {Impl::shmsem, Impl::posix_sem, Impl::sysv_undo,
                                      Impl::boost_ipc, Impl::flock};
 
