@@ -451,8 +451,8 @@ struct alignas(kCacheLine) waiter_slot {
   // whose TTL ran out before the waiter came for it may have been ended
   // and its slot given to another lease.
   std::atomic<std::uint64_t> lease_gen;
-  std::int64_t enqueued_ns;
-  std::uint64_t ticket;  // FIFO order, rebuilt from this after a crash
+  std::int64_t enqueued_ns;  // CLOCK_MONOTONIC (precise) when it joined the queue
+  std::uint64_t ticket;      // FIFO order, rebuilt from this after a crash
 };
 
 /// One permit, granted or reserved for one.

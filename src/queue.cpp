@@ -21,8 +21,19 @@ namespace shmsem::detail {
 
 using namespace layout;
 
-std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms,
-                                  std::int64_t now) {
+namespace {
+
+// Fairness::barging: how long the first in line may be passed.
+std::int64_t starvation_bound() {
+#ifdef SHMSEM_TESTING
+  if (const std::int64_t b = testing::starvation_bound_ns.load(std::memory_order_relaxed)) return b;
+#endif
+  return kStarvationBoundNs;
+}
+
+}  // namespace
+
+std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms) {
   if (hdr->free_waiter == kNil) {
     const std::uint32_t n = hdr->waiter_slots.load();
     // Slots left by granted waiters are taken back once they are a quarter
@@ -46,7 +57,8 @@ std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t
   s.holder.store(holder, std::memory_order_relaxed);
   s.weight = weight;
   s.ttl_ms = static_cast<std::int32_t>(ttl_ms);
-  s.enqueued_ns = now;
+  // Precise: the starvation bound (barging) is finer than the coarse clock.
+  s.enqueued_ns = sys::precise_now_ns();
   s.ticket = hdr->next_ticket++;
   link_last(w);
   return w;
@@ -240,9 +252,17 @@ attachment::served attachment::serve_head(std::uint32_t head, std::int64_t now, 
   }
   grant_failing.store(false, std::memory_order_relaxed);
   SHMSEM_HOOK(mid_handoff);
-  record_histogram(hdr->stats.wait, elapsed_ns(now, s.enqueued_ns));
+  const std::int64_t waited = elapsed_ns(sys::precise_now_ns(), s.enqueued_ns);
+  record_histogram(hdr->stats.wait, waited);
   dequeue(head - 1);
   tell(head - 1, kGranted, wakes);
+  // Barging, starved: as in Go's sync.Mutex, a waiter served within the
+  // bound shows that the queue moves again, and running requests may pass
+  // it once more. Else a busy semaphore, whose queue never empties, would
+  // stay FIFO for good after one starved head.
+  if (hdr->fairness == kFairnessBarging && waited < starvation_bound() && (gate() & kGateQueued) &&
+      hdr->queue_head.load(std::memory_order_relaxed) != kNil)
+    set_gate_flags(kGateWaiting, kGateQueued);
   return served::granted;
 }
 
@@ -530,10 +550,9 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
   std::int64_t soon_backoff = 0;
   int soon_looks = 0;
   bool awaited = false;  // waited for the exit of a holder whose lifeline reads dead
-  // Barging: when this wait began (precise: the bound is finer than the
-  // coarse clock that stamps enqueued_ns), and whether it already took the
-  // lock to compete for a seat since it last slept.
-  const std::int64_t queued_at = sys::precise_now_ns();
+  // Barging: when this wait began, and whether it already took the lock to
+  // compete for a seat since it last slept.
+  const std::int64_t queued_at = slot.enqueued_ns;
   bool competed = false;
   for (;;) {
     for (;;) {
@@ -571,7 +590,7 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
         // Barging: running requests may take free seats ahead of us. Woken,
         // we compete for them; past the bound, we make the queue FIFO.
         const std::uint64_t g = a.gate();
-        const bool starved = now - queued_at >= kStarvationBoundNs;
+        const bool starved = now - queued_at >= starvation_bound();
         if ((layout::gate_fits(g, n) || starved) && !competed) {
           competed = true;
           segment_lock lk(a, deadline);
@@ -589,7 +608,7 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
                                               std::memory_order_acq_rel);
           continue;
         }
-        pass_until = queued_at + kStarvationBoundNs;
+        pass_until = queued_at + starvation_bound();
       }
       bells.collect(a, slot, seq, head);
       std::int64_t until = deadline;

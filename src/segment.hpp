@@ -92,6 +92,9 @@ extern std::atomic<hook_fn> current_hook;
 /// Non-zero: blocked acquires keep no timed watch (no tick, no watchdog):
 /// only the lifelines' bells, their own word and their budget wake them.
 extern std::atomic<int> no_watch_tick;
+/// Non-zero: Fairness::barging's starvation bound in this process, in ns,
+/// instead of kStarvationBound (a forked waiter inherits it).
+extern std::atomic<std::int64_t> starvation_bound_ns;
 /// Non-zero: a fork child acts as if it could not get a file description
 /// of its own (as at the descriptor limit with /proc unavailable).
 extern std::atomic<int> fail_reopen_after_fork;
@@ -324,7 +327,7 @@ struct attachment {
   }
 
   // --- the queue and its watch (queue.cpp; [locked] unless said otherwise)
-  std::uint32_t enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms, std::int64_t now_ns);
+  std::uint32_t enqueue(std::uint32_t holder, int weight, std::int64_t ttl_ms);
   /// [locked] Puts claimed waiter slot `w` at the tail of the queue.
   void link_last(std::uint32_t w);
   void dequeue(std::uint32_t waiter);

@@ -426,7 +426,7 @@ namespace {
       lk.unlock();
       throw fail(Reason::timeout, 0, 0, false);
     }
-    w = a.enqueue(self, n, q.ttl_ms, now);
+    w = a.enqueue(self, n, q.ttl_ms);
     // Seats a lock-free release gave back after admits_now() looked, before
     // the queue flag stopped the fast path: serve the queue now.
     a.grant_queued(now, lk.wakes, w + 1);

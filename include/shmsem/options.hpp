@@ -34,8 +34,9 @@ enum class Fairness {
   /// A running request may take a free seat ahead of the sleeping ones (as
   /// Go's sync.Mutex in its normal mode); the first in line is woken to
   /// compete for it. Once the first in line has waited longer than
-  /// kStarvationBound, the semaphore turns FIFO until its queue is empty:
-  /// nobody starves, whatever the weights.
+  /// kStarvationBound, the semaphore turns FIFO until its queue is empty or
+  /// a waiter is served within the bound (Go's starvation mode): nobody
+  /// starves, whatever the weights.
   barging,
 };
 

@@ -13,7 +13,7 @@
 // Fairness::barging (options.hpp) relaxes this for throughput: a running
 // request may pass the queue until its first in line has waited
 // kStarvationBound, and the queue is then served in this strict order until
-// it is empty.
+// it is empty or moves again (a waiter served within the bound).
 //
 // A Semaphore is movable and safe to use from many threads at once. Many
 // handles to one key in one process share one mapping.

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "segment.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {
@@ -77,6 +78,12 @@ class PassingTheQueue : public ::testing::TestWithParam<Fairness> {};
 
 TEST_P(PassingTheQueue, ARunningRequestPassesAStoppedWaiterOnlyUnderBarging) {
   SHMSEM_SHM_ONLY();
+  // The waiter must not starve before it is stopped (1 ms is less than a
+  // busy host's scheduling delay): an hour's bound, inherited across fork.
+  detail::testing::starvation_bound_ns.store(3'600'000'000'000);
+  struct restore {
+    ~restore() { detail::testing::starvation_bound_ns.store(0); }
+  } restore_bound;
   test::unique_key key;
   auto sem = Semaphore::open(key, 1, with(GetParam()));
   test::pipe_channel go, got;
