@@ -156,6 +156,9 @@ TEST(DeathInCriticalSection, RejectionCutShortIsFinishedForTheWaiter) {
   test::unique_key key("mid_reject");
   Semaphore sem = Semaphore::open(key, 2);
   Permit mine = sem.acquire(1);
+  // Not while the lifeline thread that the acquire started may still be
+  // starting (docs/testing.md, on fork).
+  ASSERT_TRUE(test::eventually(test::other_threads_parked));
   for (int round = 0; round < 20; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     sem.set_capacity(2);

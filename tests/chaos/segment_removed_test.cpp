@@ -22,6 +22,9 @@ TEST(SegmentRemoved, ExistingHandlesKeepWorkingAndNewOpensGetAFreshSegment) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 2);
   Permit held = sem.acquire();
+  // Not while the lifeline thread that the acquire started may still be
+  // starting (docs/testing.md, on fork).
+  ASSERT_TRUE(test::eventually(test::other_threads_parked));
   test::pipe_channel up, down;
   test::child_process old_user([&] {
     Semaphore s = Semaphore::attach(key);

@@ -94,6 +94,9 @@ TEST(CrashRecovery, DeadWaiterDoesNotBlockTheQueue) {
   unique_key k;
   auto s = Semaphore::open(k, 2);
   auto mine = s.acquire(2);
+  // Not while the lifeline thread that the acquire started may still be
+  // starting (docs/testing.md, on fork).
+  ASSERT_TRUE(test::eventually(test::other_threads_parked));
   pipe_channel waiting;
   child_process dead_waiter([&] {
     auto s2 = Semaphore::open(k, 2);
@@ -151,6 +154,9 @@ TEST(CrashRecovery, OwnerDeathInsideTheLockIsRepaired) {
   unique_key k;
   auto s = Semaphore::open(k, 3);
   auto mine = s.acquire();
+  // Not while the lifeline thread that the acquire started may still be
+  // starting (docs/testing.md, on fork).
+  ASSERT_TRUE(test::eventually(test::other_threads_parked));
   child_process c([&] {
     auto s2 = Semaphore::open(k, 3);
     detail::testing::set_hook(die_in);

@@ -109,6 +109,8 @@ TEST(Fleet, ParentDeathIsSeenWhileItsForkedChildLives) {
   child_process parent([&] {
     auto s = Semaphore::open(k, 1);
     auto p = s.acquire();
+    // Not while the lifeline thread may still be starting (docs/testing.md).
+    if (!shmsem::test::eventually(shmsem::test::other_threads_parked)) return 3;
     // The grandchild reports itself once fork() has returned in it, that is
     // after the fork handlers gave it its own file description.
     if (::fork() == 0) {
@@ -148,6 +150,9 @@ TEST(Fleet, ForceReleaseFromAnotherProcessIsSeenByTheHolder) {
   unique_key k;
   auto s = Semaphore::open(k, 2);
   auto mine = s.acquire(2);
+  // Not while the lifeline thread that the acquire started may still be
+  // starting (docs/testing.md, on fork).
+  ASSERT_TRUE(shmsem::test::eventually(shmsem::test::other_threads_parked));
   child_process admin([&] {
     auto s2 = Semaphore::attach(k);
     return s2.force_release_all() == 1 ? 0 : 1;
@@ -161,6 +166,9 @@ TEST(Fleet, ReleaseWakesAWaiterInAnotherProcess) {
   unique_key k;
   auto s = Semaphore::open(k, 1);
   auto mine = s.acquire();
+  // Not while the lifeline thread that the acquire started may still be
+  // starting (docs/testing.md, on fork).
+  ASSERT_TRUE(shmsem::test::eventually(shmsem::test::other_threads_parked));
   pipe_channel waiting;
   child_process c([&] {
     auto s2 = Semaphore::open(k, 1);

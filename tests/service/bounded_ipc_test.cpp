@@ -79,6 +79,9 @@ TEST(BoundedIpc, AHugeNegativeWaitTimeoutDoesNotWait) {
   unique_key key;
   Semaphore sem = Semaphore::open(key, 1);
   Permit held = sem.acquire();
+  // Not while the lifeline thread that the acquire started may still be
+  // starting (docs/testing.md, on fork).
+  ASSERT_TRUE(test::eventually(test::other_threads_parked));
   // In a child: a wait that never ends must fail the test, not hang it.
   child_process caller([&] {
     int runs = 0;
