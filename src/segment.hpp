@@ -388,11 +388,13 @@ struct attachment {
   void requeue_first(std::uint32_t w, std::int64_t now_ns, wake_list& wakes);
   /// Grants seats to queued waiters in FIFO order while they fit. While
   /// the queue is passable (queue_passable()), grants only to `own` (the
-  /// caller's own waiter slot, 1-based, if it is first in line) and otherwise wakes
-  /// the first in line to compete for the seats (kGateWoken).
+  /// caller's own waiter slot, 1-based, if it is first in line) and
+  /// otherwise wakes the first in line to compete for the seats
+  /// (kGateWoken).
   void grant_queued(std::int64_t now_ns, wake_list& wakes, std::uint32_t own = layout::kNil);
   /// [locked] Under barging: the first in line has waited past the bound,
-  /// so the queue is served in order until it is empty.
+  /// so the queue is served in order until it is empty, or until a waiter
+  /// is served within the bound (serve_head()).
   void starve();
   /// The head waiter's watch (no lock): true if reap() would find anything:
   /// a lease past its expiry, a recount due, or a dead process among the
