@@ -6,8 +6,12 @@
 // own view of the semaphore after the fork, reports ready over a pipe, and
 // all start together when the driver closes the start pipe (EOF wakes every
 // reader at once). Reported: total acquisitions per second, fairness as the
-// smallest process's share divided by the largest's (1.0 = even), and the
-// longest wait of any thread (max_wait_us, see timed_cycles).
+// smallest process's share divided by the largest's (1.0 = even), the same
+// counted from the first tenth of the window on (fairness_after_start: the
+// threads start together, and under fifo whoever runs before the queue has
+// formed takes seats on the fast path until its block of permit ids runs
+// out, an offset that strict order then keeps to the end), and the longest
+// wait of any thread (max_wait_us, see timed_cycles).
 //
 // The 100 µs hold: 8 processes × 2 threads share 4 seats and hold each one
 // for 100 µs, asleep, as a seat that guards IO would be held; on 2 cores a
@@ -60,6 +64,7 @@ constexpr auto kSamplePeriod = 20us;
 struct ContendShared {
   alignas(64) std::atomic<int> stop{0};
   std::atomic<std::int64_t> grants[kMaxProcesses]{};
+  std::atomic<std::int64_t> grants_after_start[kMaxProcesses]{};
   std::atomic<std::int64_t> longest_gap_ns[kMaxProcesses]{};
   alignas(64) std::atomic<int> wanting{0};  // threads between "about to acquire" and its return
   alignas(64) std::atomic<int> holding{0};  // threads between acquire's return and release
@@ -68,6 +73,7 @@ struct ContendShared {
 /// One thread's figures for the window.
 struct Tally {
   std::int64_t grants = 0;
+  std::int64_t grants_after_start = 0;  ///< those after the first tenth of the window
   std::int64_t longest_gap_ns = 0;
 };
 
@@ -82,6 +88,8 @@ template <class Cycle>
 Tally timed_cycles(ContendShared& shared, Cycle cycle) {
   Tally tally;
   std::int64_t last = now_ns();
+  const std::int64_t started =
+      last + std::chrono::nanoseconds(config().contend_window).count() / 10;
   for (;;) {
     cycle();
     const std::int64_t released = now_ns();
@@ -90,6 +98,7 @@ Tally timed_cycles(ContendShared& shared, Cycle cycle) {
     tally.longest_gap_ns = std::max(tally.longest_gap_ns, released - last);
     last = released;
     ++tally.grants;
+    if (released >= started) ++tally.grants_after_start;
   }
   return tally;
 }
@@ -135,7 +144,8 @@ double sample_idle_share(ContendShared& shared, int capacity, std::chrono::milli
 struct Outcome {
   double seconds = 0;
   std::int64_t grants = 0;
-  double fairness = 0;  ///< the smallest process's grants ÷ the largest's
+  double fairness = 0;              ///< the smallest process's grants ÷ the largest's
+  double fairness_after_start = 0;  ///< the same, from the first tenth of the window on
   std::int64_t longest_gap_ns = 0;
 };
 
@@ -166,12 +176,14 @@ std::optional<Outcome> contend(State& state, Impl impl, int processes, int capac
         });
       }
       for (auto& t : threads) t.join();
-      std::int64_t grants = 0, longest = 0;
+      std::int64_t grants = 0, after_start = 0, longest = 0;
       for (const Tally& t : tallies) {
         grants += t.grants;
+        after_start += t.grants_after_start;
         longest = std::max(longest, t.longest_gap_ns);
       }
       shared[0].grants[p].store(grants);
+      shared[0].grants_after_start[p].store(after_start);
       shared[0].longest_gap_ns[p].store(longest);
     }));
   }
@@ -190,22 +202,28 @@ std::optional<Outcome> contend(State& state, Impl impl, int processes, int capac
     return std::nullopt;
   }
   Outcome out;
-  std::int64_t lo = INT64_MAX, hi = 0;
+  std::int64_t lo = INT64_MAX, hi = 0, lo_after = INT64_MAX, hi_after = 0;
   for (int p = 0; p < processes; ++p) {
     const std::int64_t n = shared[0].grants[p].load();
     out.grants += n;
     lo = std::min(lo, n);
     hi = std::max(hi, n);
+    const std::int64_t after = shared[0].grants_after_start[p].load();
+    lo_after = std::min(lo_after, after);
+    hi_after = std::max(hi_after, after);
     out.longest_gap_ns = std::max(out.longest_gap_ns, shared[0].longest_gap_ns[p].load());
   }
   out.seconds = static_cast<double>(t1 - t0) / 1e9;
   out.fairness = hi > 0 ? static_cast<double>(lo) / static_cast<double>(hi) : 0;
+  out.fairness_after_start =
+      hi_after > 0 ? static_cast<double>(lo_after) / static_cast<double>(hi_after) : 0;
   return out;
 }
 
 void put_counters(State& state, const Outcome& out, int processes) {
   state.counters["acq_per_s"] = static_cast<double>(out.grants) / out.seconds;
   state.counters["fairness_min_max"] = out.fairness;
+  state.counters["fairness_after_start"] = out.fairness_after_start;
   state.counters["max_wait_us"] = static_cast<double>(out.longest_gap_ns) / 1e3;
   state.counters["processes"] = processes;
   state.counters["threads"] = processes * kThreadsPerProcess;

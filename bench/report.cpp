@@ -353,6 +353,12 @@ std::vector<Target> check_targets(const Table& t, const Results& results) {
       "shmsem_barging", "max_wait_us", true, 2000, [](double us) { return num(us / 1e3) + " ms"; });
   every_row_target("7. fifo (plain shmsem): fairness ≥ 0.8 in every contended row", "shmsem",
                    "fairness_min_max", false, 0.8, fairness);
+  // Where the miss above comes from (docs/performance.md): the same bound
+  // with the start-up left out.
+  every_row_target(
+      "7. fifo: fairness ≥ 0.8 in every contended row, counted from the first tenth of the "
+      "window on",
+      "shmsem", "fairness_after_start", false, 0.8, fairness);
   {
     Target tg{"8. reclaim after SIGKILL with a waiter blocked: p99 ≤ 50 ms", "—",
               verdict(std::nullopt)};
