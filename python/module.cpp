@@ -750,8 +750,7 @@ now, when others are queued (it does not jump the queue), or when n > capacity.)
       .def_property_readonly(
           "fairness",
           [](const semaphore_object& s) {
-            return std::string(
-                shmsem::to_string(s.figure([&] { return s.sem.snapshot().fairness; })));
+            return std::string(shmsem::to_string(s.figure([&] { return s.sem.fairness(); })));
           },
           "'fifo' or 'barging': how freed seats reach the waiters, chosen at creation.")
       .def_property_readonly(

@@ -453,6 +453,11 @@ int64_t shmsem_waiters(const shmsem_sem* s) {
   return s->sem.waiters();
 }
 
+int shmsem_is_barging(const shmsem_sem* s) {
+  if (!s) return null_argument("shmsem_is_barging", "s");
+  return s->sem.fairness() == shmsem::Fairness::barging ? 1 : 0;
+}
+
 int shmsem_get_stats(const shmsem_sem* s, shmsem_stats* out) {
   if (!s) return null_argument("shmsem_get_stats", "s");
   if (!out) return null_argument("shmsem_get_stats", "out");

@@ -590,6 +590,9 @@ int Semaphore::waiters() const noexcept {
 bool Semaphore::empty() const noexcept {
   return used() == 0;
 }
+Fairness Semaphore::fairness() const noexcept {
+  return h_->remote ? Fairness::fifo : h_->att->fairness();
+}
 bool Semaphore::full() const noexcept {
   return used() >= capacity();
 }
@@ -633,7 +636,7 @@ Snapshot Semaphore::snapshot() const {
           std::chrono::nanoseconds(h_->att->hdr->created_realtime_ns)));
   detail::describe_segment(*h_->att, h_->opts.trusted_owners, s);
   s.death_wakeup = detail::describe_death_wakeup(*h_->att);
-  s.fairness = h_->att->fairness();
+  s.fairness = fairness();
   return s;
 }
 

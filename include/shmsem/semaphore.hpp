@@ -200,6 +200,10 @@ class SHMSEM_API Semaphore {
   /// Time-based EWMA of utilization() with half-life kEwmaHalfLife; decays
   /// toward the current utilization while nothing happens.
   double utilization_smoothed() const noexcept;
+  /// The admission policy every process of the fleet follows: the one the
+  /// creator stored in the segment (Options::fairness), whatever this
+  /// process asked for. A Redis key is always Fairness::fifo.
+  Fairness fairness() const noexcept;
 
   /// The current leases, read without a lock. Their state tells dead and
   /// expired holders (not yet reaped) from live ones.

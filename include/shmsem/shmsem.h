@@ -248,6 +248,10 @@ SHMSEM_API int64_t shmsem_capacity(const shmsem_sem* s);
 SHMSEM_API int64_t shmsem_used(const shmsem_sem* s);
 SHMSEM_API int64_t shmsem_available(const shmsem_sem* s);
 SHMSEM_API int64_t shmsem_waiters(const shmsem_sem* s);
+/* 1 if the semaphore admits under Fairness::barging (SHMSEM_OPEN_BARGING),
+ * 0 under fifo: the policy its creator stored, whatever this caller asked
+ * for. A Redis key is always fifo. SHMSEM_EINVAL for NULL. */
+SHMSEM_API int shmsem_is_barging(const shmsem_sem* s);
 
 /* Counters kept in the segment since it was created (leases, not seats,
  * except reclaimed_seats). */

@@ -269,7 +269,15 @@ static void open_options_default_ttl_and_nocreate(void) {
   /* The fairness policy is the creator's; Redis keys are always FIFO. */
   oo.flags = SHMSEM_OPEN_BARGING;
   CHECK_RC(shmsem_open_ex(key("barging"), 1, &oo, &t), SHMSEM_OK);
+  CHECK_RC(shmsem_is_barging(t), 1);
   shmsem_close(t);
+  oo.flags = 0; /* asks for fifo: gets the stored barging */
+  CHECK_RC(shmsem_open_ex(key("barging"), 1, &oo, &t), SHMSEM_OK);
+  CHECK_RC(shmsem_is_barging(t), 1);
+  shmsem_close(t);
+  CHECK_RC(shmsem_is_barging(s), 0);
+  CHECK_RC(shmsem_is_barging(NULL), SHMSEM_EINVAL);
+  oo.flags = SHMSEM_OPEN_BARGING;
   shmsem_remove(key("barging"));
   CHECK_RC(shmsem_open_ex("redis://127.0.0.1:1/barging", 1, &oo, &t), SHMSEM_EINVAL);
   CHECK(strstr(shmsem_last_error(), "FIFO") != NULL);

@@ -51,16 +51,26 @@ TEST(Fairness, IsChosenByTheCreatorAndKeptByEveryLaterOpen) {
   SHMSEM_SHM_ONLY();
   test::unique_key key;
   auto sem = Semaphore::open(key, 2, with(Fairness::barging));
+  EXPECT_EQ(sem.fairness(), Fairness::barging);
   EXPECT_EQ(sem.snapshot().fairness, Fairness::barging);
   // Another policy asked for later is logged, and the stored one stands.
   auto other = Semaphore::open(key, 2, with(Fairness::fifo));
+  EXPECT_EQ(other.fairness(), Fairness::barging);
   EXPECT_EQ(other.snapshot().fairness, Fairness::barging);
   EXPECT_EQ(Semaphore::attach(key).snapshot().fairness, Fairness::barging);
   EXPECT_EQ(Semaphore::inspect(key).fairness, Fairness::barging);
   test::unique_key plain;
+  EXPECT_EQ(Semaphore::open(plain, 1).fairness(), Fairness::fifo);
   EXPECT_EQ(Semaphore::open(plain, 1).snapshot().fairness, Fairness::fifo);
   EXPECT_STREQ(to_string(Fairness::barging), "barging");
   EXPECT_STREQ(to_string(Fairness::fifo), "fifo");
+}
+
+TEST(Fairness, FifoIsTheDefaultOnEitherBackend) {
+  test::unique_key key;
+  auto sem = Semaphore::open(key, 1);
+  EXPECT_EQ(sem.fairness(), Fairness::fifo);
+  EXPECT_EQ(sem.snapshot().fairness, Fairness::fifo);
 }
 
 TEST(Fairness, AnUnknownPolicyOrBargingOnRedisIsRejected) {

@@ -33,7 +33,7 @@ int create(const std::string& key, int permits, const std::string& mode_text,
   }
   try {
     auto existing = shmsem::Semaphore::attach(key, trust);
-    const shmsem::Fairness policy = existing.snapshot().fairness;
+    const shmsem::Fairness policy = existing.fairness();
     if (fairness && *fairness != policy) {
       error_message(key + ": exists with fairness " + shmsem::to_string(policy) +
                     "; the policy is chosen when a semaphore is created (remove it first)");
@@ -55,7 +55,7 @@ int create(const std::string& key, int permits, const std::string& mode_text,
   opts.fairness = fairness;
   auto sem = shmsem::Semaphore::open(key, permits, opts);
   std::printf("%s: created, capacity %d, fairness %s\n", key.c_str(), sem.capacity(),
-              shmsem::to_string(sem.snapshot().fairness));
+              shmsem::to_string(sem.fairness()));
   return kOk;
 }
 
