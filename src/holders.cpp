@@ -79,8 +79,7 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
   std::uint32_t n = std::min(hdr->holder_slots.load(), kMaxHolders);
   for (std::uint32_t h = 0; h < n; ++h)
     if (h != me && holders[h].state.load() == kHolderAttached &&
-        holders[h].lifeline_state.load(std::memory_order_acquire) == kLifelineArmed &&
-        !sys::robust_mutex_owner_alive(&holders[h].lifeline) && holder_gone(h))
+        read_lifeline(h) == lifeline_reading::dead && holder_gone(h))
       reap_holder(h, now, wakes);
   if ((chosen = claim_from_free_list()) != kNoSelf) return chosen;
   if (n < kMaxHolders) {
@@ -109,16 +108,25 @@ bool attachment::holder_alive(std::uint32_t h) const {
   return !holder_gone(h);
 }
 
+attachment::lifeline_reading attachment::read_lifeline(std::uint32_t h) const {
+  const holder_record& r = holders[h];
+  if (r.lifeline_state.load(std::memory_order_acquire) != kLifelineArmed)
+    return lifeline_reading::unarmed;
+  return sys::robust_mutex_owner_alive(&r.lifeline) ? lifeline_reading::alive
+                                                    : lifeline_reading::dead;
+}
+
 bool attachment::holder_gone(std::uint32_t h) const {
   if (h == self.load(std::memory_order_relaxed)) return false;
-  const holder_record& r = holders[h];
-  if (r.lifeline_state.load(std::memory_order_acquire) == kLifelineArmed &&
-      sys::robust_mutex_owner_alive(&r.lifeline))
-    return false;
+  if (read_lifeline(h) == lifeline_reading::alive) return false;
   // Read dead, or no lifeline: the token decides. It may still be held a
   // moment after the lifeline was marked (the kernel releases a dying
   // process's robust mutexes before its files), or for good, by a child
-  // that inherited the descriptor on purpose (shmsem run).
+  // that inherited the descriptor on purpose (shmsem run). A dead lifeline
+  // alone would be faster and is not enough: it says that one thread died,
+  // and a SIGKILL takes a process's threads one at a time, so another may
+  // still be inside a lock-free acquire or release; the token goes only
+  // with the last thread (docs/performance.md, case 8).
   return !file->locked_by_other(kTokenBase + h);
 }
 
@@ -136,11 +144,11 @@ bool attachment::reapable(std::uint32_t h) const {
   if (h == self.load(std::memory_order_relaxed)) return false;
   const bool owes = r.leases.load(std::memory_order_relaxed) != 0 ||
                     r.waiting.load(std::memory_order_relaxed) != 0;
-  const bool armed = r.lifeline_state.load(std::memory_order_acquire) == kLifelineArmed;
-  if (armed && sys::robust_mutex_owner_alive(&r.lifeline)) return false;
+  const lifeline_reading reading = read_lifeline(h);
+  if (reading == lifeline_reading::alive) return false;
   // A holder that owes nothing and never had a lifeline costs a probe
   // only when a record is needed (take_free_holder).
-  if (!owes && !armed) return false;
+  if (!owes && reading == lifeline_reading::unarmed) return false;
   return holder_gone(h);
 }
 

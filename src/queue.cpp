@@ -520,7 +520,7 @@ std::string describe_death_wakeup(const attachment& a) {
   for (std::uint32_t h = 0; h < nh; ++h) {
     if (a.holders[h].state.load(std::memory_order_acquire) != kHolderAttached) continue;
     ++attached;
-    if (a.holders[h].lifeline_state.load(std::memory_order_acquire) != kLifelineArmed) ++without;
+    if (a.read_lifeline(h) == attachment::lifeline_reading::unarmed) ++without;
   }
   const int watchable = sys::kMaxWaitWords - 1;
   const std::string procs =

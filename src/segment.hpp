@@ -274,6 +274,11 @@ struct attachment {
   /// True if attached holder `holder` is not this process and its token is
   /// gone: its process died. Lock-free; at most one system call.
   bool holder_gone(std::uint32_t holder) const;
+  /// What holder record `holder`'s lifeline says, from one load: `unarmed`
+  /// (none yet, or never: only the token tells), `alive`, or `dead` (its
+  /// thread died: the process is dying or dead, and the token decides).
+  enum class lifeline_reading { unarmed, alive, dead };
+  lifeline_reading read_lifeline(std::uint32_t holder) const;
   /// Reclaims dead holders' and expired leases; returns seats freed.
   int reap(std::int64_t now_ns, wake_list& wakes, bool force_scan = false);
 

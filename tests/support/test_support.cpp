@@ -227,7 +227,10 @@ bool other_threads_parked() {
     std::ifstream in(t.path() / "syscall");
     std::string nr;
     if (!(in >> nr)) continue;  // gone meanwhile
-    if (nr != std::to_string(SYS_futex) && nr != std::to_string(SYS_read)) return false;
+    // futex_waitv: a thread of this process blocked in acquire.
+    if (nr != std::to_string(SYS_futex) && nr != std::to_string(SYS_futex_waitv) &&
+        nr != std::to_string(SYS_read))
+      return false;
   }
   return true;
 }

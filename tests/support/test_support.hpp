@@ -103,8 +103,8 @@ bool in_ci();
 /// FUTEX_WAIT_BITSET.
 bool asleep_in_futex(pid_t tid, pid_t pid = 0);
 
-/// True once every other thread of this process is blocked in futex(2) or
-/// read(2): parked, not allocating. A process that forks after its first
+/// True once every other thread of this process is blocked in futex(2),
+/// futex_waitv(2) or read(2): parked, not allocating. A process that forks after its first
 /// acquire waits for this (with eventually()): a fork while the library's
 /// lifeline thread is still starting would copy the sanitizer allocator's
 /// lock held, and the child would hang at its first allocation
