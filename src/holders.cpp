@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "lifeline.hpp"
+#include "queue.hpp"
 #include "segment.hpp"
 #include "segment_shared.hpp"
+#include "sys/clock.hpp"
 #include "sys/proc.hpp"
 #include "sys/robust_mutex.hpp"
 
@@ -40,7 +42,7 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   r.lifeline_state.store(kLifelineNone, std::memory_order_relaxed);
   sys::robust_mutex_init(&r.lifeline);
   r.state.store(kHolderAttached, std::memory_order_release);
-  lifeline::arm(&r.lifeline, &r.lifeline_state);
+  lifeline_asked = lifeline::arm(&r.lifeline, &r.lifeline_state);
   self.store(chosen, std::memory_order_relaxed);
   // The head of the queue sleeps on the lifelines of the processes it knew:
   // it must watch ours too.
@@ -128,6 +130,13 @@ bool attachment::holder_gone(std::uint32_t h) const {
   // still be inside a lock-free acquire or release; the token goes only
   // with the last thread (docs/performance.md, case 8).
   return !file->locked_by_other(kTokenBase + h);
+}
+
+void attachment::await_lifeline(std::int64_t deadline_ns) const {
+  const std::uint32_t me = self.load(std::memory_order_relaxed);
+  if (me == kNoSelf || !lifeline_asked) return;
+  lifeline::await_armed(&holders[me].lifeline_state,
+                        std::min(deadline_ns, sys::precise_now_ns() + kArmWaitNs));
 }
 
 bool attachment::await_exit(std::uint32_t h, std::int64_t deadline_ns) const {

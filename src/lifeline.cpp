@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <climits>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -14,6 +15,7 @@
 
 #include "layout.hpp"
 #include "log.hpp"
+#include "sys/futex.hpp"
 #include "sys/robust_mutex.hpp"
 
 namespace shmsem::detail::lifeline {
@@ -95,6 +97,7 @@ class keeper {
           held.push_back(r.mutex);
           ++held_;
           r.state->store(layout::kLifelineArmed, std::memory_order_release);
+          sys::futex_wake(r.state, INT_MAX);  // the acquire that claimed the record
         }
       } else {
         auto it = std::find(held.begin(), held.end(), r.mutex);
@@ -143,6 +146,15 @@ bool arm(pthread_mutex_t* m, std::atomic<std::uint32_t>* state) noexcept {
     return get().arm(m, state);
   } catch (...) {
     return false;
+  }
+}
+
+bool await_armed(const std::atomic<std::uint32_t>* state, std::int64_t deadline_ns) noexcept {
+  for (;;) {
+    const std::uint32_t s = state->load(std::memory_order_acquire);
+    if (s == layout::kLifelineArmed) return true;
+    if (sys::futex_wait(state, s, deadline_ns) == sys::wait_result::timed_out)
+      return state->load(std::memory_order_acquire) == layout::kLifelineArmed;
   }
 }
 

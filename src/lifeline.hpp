@@ -35,6 +35,11 @@ namespace shmsem::detail::lifeline {
 /// without one. Never throws.
 bool arm(pthread_mutex_t* m, std::atomic<std::uint32_t>* state) noexcept;
 
+/// Waits until `state` (handed to arm()) reads kLifelineArmed, at most
+/// until the CLOCK_MONOTONIC deadline `deadline_ns`. True if it does.
+/// Never throws.
+bool await_armed(const std::atomic<std::uint32_t>* state, std::int64_t deadline_ns) noexcept;
+
 /// Makes the lifeline thread let go of `m` (if it holds it or was asked
 /// to), sets `state` to kLifelineNone, and waits until that is done. Must
 /// be called before the holder record is freed or its mapping unmapped:

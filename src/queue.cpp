@@ -612,6 +612,7 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
       }
       bells.collect(a, slot, seq, head);
       std::int64_t until = deadline;
+      std::int64_t look_again = sys::kNever;  // the poll a `soon` reading needs
       if (bells.soon) {
         // A lifeline reads dead while its process may still hold its token
         // (the kernel lets go of a dying process's files after its robust
@@ -620,7 +621,7 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
         soon_backoff = ++soon_looks <= kSoonFastLooks
                            ? kSoonPollNs
                            : std::min<std::int64_t>(soon_backoff * 2, kHeadTickNs);
-        until = std::min(until, now + soon_backoff);
+        look_again = now + soon_backoff;
       } else {
         soon_looks = 0;
         awaited = false;
@@ -644,13 +645,16 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
         // dying process's files only after it has torn down its memory,
         // hundreds of microseconds on a busy host. Sleep until it has
         // exited rather than poll for it (once: a token kept on purpose by
-        // a child, as `shmsem run` does, is left to the polls).
+        // a child, as `shmsem run` does, is left to the polls). Not only
+        // until the next poll: that is what this sleep replaces (capped by
+        // it, the exit was found by the polls after all, each one a wake-up
+        // that takes a CPU from the dying process).
         awaited = true;
         r = a.await_exit(bells.dying, std::min(until, now + kHeadTickNs))
                 ? sys::waitv_result{sys::wait_result::timed_out}
-                : bells.sleep(until);
+                : bells.sleep(std::min(until, look_again));
       } else {
-        r = bells.sleep(until);
+        r = bells.sleep(std::min(until, look_again));
       }
       if (r.result == sys::wait_result::woken && r.index == 0) ++wakeups;
       const bool rang = r.result == sys::wait_result::woken && r.index > 0;

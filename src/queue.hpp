@@ -41,6 +41,10 @@ inline constexpr std::int64_t kSecondWatchdogNs = 2'000'000'000;
 // kHeadTickNs (a token kept on purpose by a child, as `shmsem run` does).
 inline constexpr std::int64_t kSoonPollNs = 50'000;
 inline constexpr int kSoonFastLooks = 60;
+// The longest the acquire that claims a process's holder record waits for
+// the lifeline thread to arm it (attachment::await_lifeline): its start,
+// on a loaded host, takes from tens of microseconds to milliseconds.
+inline constexpr std::int64_t kArmWaitNs = 10'000'000;
 // How far CLOCK_MONOTONIC_COARSE, which stamps lease expiries, may lag
 // CLOCK_MONOTONIC (one scheduler tick at HZ=250).
 inline constexpr std::int64_t kCoarseSlackNs = 4'000'000;

@@ -183,6 +183,7 @@ struct attachment {
   // operation then fails instead.
   int broken_by_fork = 0;
   std::atomic<std::uint32_t> self{kNoSelf};  // our holder record, claimed lazily (segment lock)
+  bool lifeline_asked = false;  // the lifeline thread took our record's lifeline to arm (lock)
   // Under the registry mutex:
   std::uint64_t serial = 0;            // unique among this process's attachments, never reused
   std::int64_t handles = 0;            // Semaphore handles pointing here
@@ -411,6 +412,12 @@ struct attachment {
   /// The second waiter's watch (no lock): true if the head of the queue
   /// belongs to a dead process (nobody else would notice it).
   bool head_gone() const;
+  /// Waits (no lock) until this process's lifeline is armed, at most until
+  /// `deadline_ns` and kArmWaitNs from now: called by the acquire that
+  /// claimed our holder record, once it holds its seat, so that our death
+  /// rings from then on rather than being found by the waiters' polls
+  /// while the lifeline thread starts. At once if it cannot be armed.
+  void await_lifeline(std::int64_t deadline_ns) const;
   /// Sleeps until the process of holder record `h` has exited (see
   /// sys::wait_for_exit), at most until `deadline_ns`. False, at once, if
   /// that cannot be waited for here (another PID namespace, no pidfds).

@@ -413,6 +413,7 @@ namespace {
   {
     segment_lock lk(a, deadline);
     if (!lk.owns()) throw fail(Reason::timeout, 0, 0, false);
+    const bool first = a.self.load(std::memory_order_relaxed) == detail::kNoSelf;
     if (entry) detail::fill_entry(a, *entry, lk.wakes);
     const std::uint32_t self = a.ensure_self(lk.wakes);
     if (n > a.capacity()) {
@@ -421,7 +422,17 @@ namespace {
     }
     const std::int64_t now = detail::lease_clock();
     // Full: reclaim dead holders and expired leases before queueing.
-    if (admits_now(a, n, now, lk.wakes)) return grant_now(h, lk, self, q, now);
+    if (admits_now(a, n, now, lk.wakes)) {
+      Permit p = grant_now(h, lk, self, q, now);
+      if (first) {
+        // Our first seat: hold it with our death ringing. try_acquire
+        // never waits; a queued acquire's lifeline is usually armed by
+        // the time it is served.
+        lk.unlock();
+        a.await_lifeline(deadline);
+      }
+      return p;
+    }
     if (deadline != sys::kNever && sys::precise_now_ns() >= deadline) {
       lk.unlock();
       throw fail(Reason::timeout, 0, 0, false);

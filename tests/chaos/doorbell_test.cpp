@@ -108,6 +108,27 @@ TEST_F(Doorbell, AKilledHoldersSeatReachesABlockedWaiterWithoutATick) {
   EXPECT_TRUE(test::stats_add_up(sem));
 }
 
+// The acquire that gives a process its first seat returns once the
+// lifeline thread has armed its lifeline, so that its death rings from the
+// first seat on, not only once that thread has been scheduled (a waiter
+// would find it by polling meanwhile). Fresh processes, one after the
+// other: each starts its lifeline thread at that acquire.
+TEST_F(Doorbell, AProcessHoldsItsFirstSeatWithItsLifelineArmed) {
+  for (int i = 0; i < 50; ++i) {
+    test::child_process first([k = key.str()] {
+      Semaphore s = Semaphore::open(k, 1);
+      Permit p = s.acquire();
+      const std::string how = s.snapshot().death_wakeup;
+      if (how.find("without a lifeline") != std::string::npos) {
+        std::fprintf(stderr, "after the first acquire: %s\n", how.c_str());
+        return 1;
+      }
+      return 0;
+    });
+    ASSERT_EQ(first.wait(), 0) << "round " << i << ": the first seat was held without a lifeline";
+  }
+}
+
 TEST_F(Doorbell, AHolderThatExecsRingsAsADeath) {
   test::pipe_channel ready, go;
   auto h = holder(key.str(), 1, ready, [&go] {
