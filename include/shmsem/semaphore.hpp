@@ -158,10 +158,10 @@ class SHMSEM_API Semaphore {
   /// back to a 20 ms tick), and expired leases at their expiry. A grant whose TTL ran out before
   /// this thread ran to take it is not returned: the call queues again, first in line. The permit
   /// it returns was held when it was taken. Uncontended, it makes no system
-  /// call and no allocation. A process's first acquire on a semaphore, once
-  /// it holds its seats, waits (at most 10 ms, within opts.wait_timeout) for
-  /// the library's thread to arm its lifeline, so that its death is heard
-  /// at once from then on.
+  /// call and no allocation. A process's first acquire on a semaphore that
+  /// gets its seats at once then waits (at most 10 ms, within
+  /// opts.wait_timeout) for the library's thread to arm its lifeline, so
+  /// that its death is heard at once from then on.
   Permit acquire(int n = 1, const AcquireOptions& opts = {});
 
   /// One attempt, no waiting for seats. Reclaims dead holders' seats and
