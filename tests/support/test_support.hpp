@@ -72,6 +72,31 @@ class child_process {
   pid_t pid_ = -1;
 };
 
+/// A live process of this test's own with the PID of `dead`, a process
+/// that is gone: the premise of the tests of PID reuse. As root it asks the
+/// kernel for that PID outright (/proc/sys/kernel/ns_last_pid, what
+/// checkpoint/restore tools use); otherwise it uses up PIDs with vfork()
+/// (no page tables to copy) until the next one is `dead`, up to 3 × pid_max
+/// of them. The impostor only sleeps until this object goes, which reaps it.
+/// pid() is -1 when another process got the PID first (ctest -j2 runs tests
+/// beside this one), or pid_max is over 65,536 and the PID is not root's to ask for.
+class pid_impostor {
+ public:
+  explicit pid_impostor(pid_t dead);
+  ~pid_impostor();
+  pid_impostor(const pid_impostor&) = delete;
+  pid_impostor& operator=(const pid_impostor&) = delete;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t fork_maybe(pid_t dead);
+  pipe_channel release_;
+  pid_t pid_ = -1;
+};
+
+/// /proc/sys/kernel/pid_max (32768 when unreadable).
+long pid_max();
+
 /// Polls `pred` (with a short pause between tries) until it is true or
 /// `timeout` passes; returns the last value. For conditions with no event
 /// to wait on, such as "the kernel has finished tearing down a process".
@@ -104,7 +129,8 @@ bool in_ci();
 bool asleep_in_futex(pid_t tid, pid_t pid = 0);
 
 /// True once every other thread of this process is blocked in futex(2),
-/// futex_waitv(2) or read(2): parked, not allocating. A process that forks after its first
+/// futex_waitv(2), read(2) or poll(2) (the Redis backend's keeper): parked,
+/// not allocating. A process that forks after its first
 /// acquire waits for this (with eventually()): a fork while the library's
 /// lifeline thread is still starting would copy the sanitizer allocator's
 /// lock held, and the child would hang at its first allocation
