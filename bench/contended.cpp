@@ -149,6 +149,17 @@ struct Outcome {
   std::int64_t longest_gap_ns = 0;
 };
 
+/// The smallest and largest per-process grant counts seen.
+struct Spread {
+  std::int64_t lo = INT64_MAX;
+  std::int64_t hi = 0;
+  void add(std::int64_t n) {
+    lo = std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  double ratio() const { return hi > 0 ? static_cast<double>(lo) / static_cast<double>(hi) : 0; }
+};
+
 /// Forks `processes` × kThreadsPerProcess contenders on one semaphore, each
 /// running `loop` with its own view of it, starts them together and lets
 /// them run while `window` runs in the driver. nullopt (the case marked
@@ -202,21 +213,17 @@ std::optional<Outcome> contend(State& state, Impl impl, int processes, int capac
     return std::nullopt;
   }
   Outcome out;
-  std::int64_t lo = INT64_MAX, hi = 0, lo_after = INT64_MAX, hi_after = 0;
+  Spread all, after_start;
   for (int p = 0; p < processes; ++p) {
     const std::int64_t n = shared[0].grants[p].load();
     out.grants += n;
-    lo = std::min(lo, n);
-    hi = std::max(hi, n);
-    const std::int64_t after = shared[0].grants_after_start[p].load();
-    lo_after = std::min(lo_after, after);
-    hi_after = std::max(hi_after, after);
+    all.add(n);
+    after_start.add(shared[0].grants_after_start[p].load());
     out.longest_gap_ns = std::max(out.longest_gap_ns, shared[0].longest_gap_ns[p].load());
   }
   out.seconds = static_cast<double>(t1 - t0) / 1e9;
-  out.fairness = hi > 0 ? static_cast<double>(lo) / static_cast<double>(hi) : 0;
-  out.fairness_after_start =
-      hi_after > 0 ? static_cast<double>(lo_after) / static_cast<double>(hi_after) : 0;
+  out.fairness = all.ratio();
+  out.fairness_after_start = after_start.ratio();
   return out;
 }
 

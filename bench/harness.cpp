@@ -31,14 +31,14 @@ namespace {
 Config g_config;
 std::atomic<unsigned> g_name_counter{0};
 
-[[noreturn]] void throw_errno(const char* what) {
-  throw std::system_error(errno, std::system_category(), what);
-}
-
 std::int64_t ms_to_ns(std::chrono::milliseconds ms) {
   return static_cast<std::int64_t>(ms.count()) * 1'000'000;
 }
 }  // namespace
+
+void throw_errno(const char* what) {
+  throw std::system_error(errno, std::system_category(), what);
+}
 
 const Config& config() {
   return g_config;

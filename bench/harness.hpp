@@ -99,6 +99,9 @@ class SharedArray {
   std::size_t count_;
 };
 
+/// Throws std::system_error for errno, saying `what` failed.
+[[noreturn]] void throw_errno(const char* what);
+
 void* map_shared(std::size_t bytes);
 void unmap_shared(void* p, std::size_t bytes) noexcept;
 

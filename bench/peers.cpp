@@ -20,10 +20,6 @@
 namespace shmsem_bench {
 
 namespace {
-[[noreturn]] void throw_errno(const char* what) {
-  throw std::system_error(errno, std::system_category(), what);
-}
-
 union semun {
   int val;
   semid_ds* buf;

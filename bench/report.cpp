@@ -546,8 +546,8 @@ void write_redis(const Table& t, std::ostream& out) {
 // ---- case 7 and the 100 µs hold --------------------------------------------------
 // Their own tables, because shmsem runs there in both fairness policies.
 
-constexpr const char* kContendedImpls[] = {"shmsem",    "shmsem_barging", "posix_sem",
-                                           "sysv_undo", "boost_ipc",      "flock"};
+constexpr const char* kContendedImplNames[] = {"shmsem",    "shmsem_barging", "posix_sem",
+                                               "sysv_undo", "boost_ipc",      "flock"};
 constexpr const char* kContendedHeaders[] = {"shmsem (fifo)",
                                              "shmsem barging",
                                              "POSIX sem_t",
@@ -571,7 +571,7 @@ void write_contended(const Table& t, std::ostream& out) {
       << "| processes × threads, capacity | unit |";
   for (const char* h : kContendedHeaders) out << ' ' << h << " |";
   out << " shmsem ÷ sem_t | barging ÷ sem_t |\n|---|---|";
-  for (std::size_t c = 0; c < std::size(kContendedImpls); ++c) out << "---:|";
+  for (std::size_t c = 0; c < std::size(kContendedImplNames); ++c) out << "---:|";
   out << "---:|---:|\n";
   for (int capacity : {1, 4}) {
     for (int processes : {2, 4, 8}) {
@@ -580,7 +580,7 @@ void write_contended(const Table& t, std::ostream& out) {
       if (!t.any_named(prefix)) continue;
       out << "| " << processes << " × 2, capacity " << capacity
           << " | M acq/s (fairness; longest wait) |";
-      for (const char* impl : kContendedImpls) {
+      for (const char* impl : kContendedImplNames) {
         const bool lock_only = std::string_view(impl) == "flock";
         out << ' ' << (capacity > 1 && lock_only ? "n/a" : contended_cell(t, prefix + impl))
             << " |";
@@ -622,7 +622,7 @@ void write_hold(const Table& t, const Results& results, std::ostream& out) {
   for (const std::string& prefix : hold_prefixes(results)) {
     std::optional<double> procs, cap, hold;
     for (std::size_t c = 0; c < kHoldImpls && !procs; ++c) {
-      const std::string name = prefix + "/" + kContendedImpls[c];
+      const std::string name = prefix + "/" + kContendedImplNames[c];
       procs = t.get(name, "processes");
       cap = t.get(name, "capacity");
       hold = t.get(name, "hold_us");
@@ -634,7 +634,7 @@ void write_hold(const Table& t, const Results& results, std::ostream& out) {
         << "| implementation | acquisitions/s | fairness | idle share of seat-time while a "
            "request waited | longest wait + one hold |\n|---|---:|---:|---:|---:|\n";
     for (std::size_t c = 0; c < kHoldImpls; ++c) {
-      const std::string name = prefix + "/" + kContendedImpls[c];
+      const std::string name = prefix + "/" + kContendedImplNames[c];
       out << "| " << kContendedHeaders[c] << " | ";
       auto rate = t.get(name, "acq_per_s");
       if (!rate) {

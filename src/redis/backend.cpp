@@ -63,10 +63,6 @@ std::string new_epoch() {
   return random_id(32);
 }
 
-std::int64_t ms_ns(std::int64_t ms) {
-  return ms * 1'000'000;
-}
-
 // Objects made before a fork() belong to the parent: a child must neither
 // use their sockets nor run their destructors (their mutexes may be held
 // by threads that do not exist in it).

@@ -42,10 +42,6 @@ state_registry& states() {
   return *the_states;
 }
 
-std::int64_t ms_ns(std::int64_t ms) {
-  return ms * 1'000'000;
-}
-
 }  // namespace
 
 std::string host_name() {

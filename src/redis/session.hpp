@@ -36,6 +36,11 @@ namespace shmsem::detail::redis {
 
 struct semaphore_state;
 
+/// Milliseconds (Redis's unit) as nanoseconds (the clock's).
+constexpr std::int64_t ms_ns(std::int64_t ms) {
+  return ms * 1'000'000;
+}
+
 /// The Redis side of one Permit.
 struct lease {
   std::shared_ptr<semaphore_state> sem;

@@ -24,18 +24,39 @@ FLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
 
 # The whole library, instrumented for coverage (fuzzer-no-link): its parts
 # refer to each other (the C interface to the service layer, Semaphore to
-# the Redis backend), so a partial set does not link. Rebuilt only when a
-# source or a header is newer than the object.
-lib_objs=()
+# the Redis backend), so a partial set does not link. key.cpp and layout.cpp
+# alone (all key_fuzz needs); the rest in batches of 10 sources, each
+# compiled as one translation unit, as the CMake build does (unity build):
+# the shared headers are compiled once per batch. A batch is rebuilt only
+# when one of its sources or a header is newer than its object.
+newer() {  # obj src... -> true if obj must be rebuilt
+  local obj=$1
+  shift
+  [ ! -f "$obj" ] && return 0
+  local s
+  for s in "$@"; do [ "$s" -nt "$obj" ] && return 0; done
+  [ -n "$(find "$ROOT/src" "$ROOT/include" -name '*.hpp' -newer "$obj" -print -quit)" ]
+}
 pids=()
-for src in "$ROOT"/src/*.cpp "$ROOT"/src/sys/*.cpp "$ROOT"/src/redis/*.cpp; do
-  obj="$OUT/obj/$(echo "${src#$ROOT/}" | tr / _).o"
+compile() {  # obj src... : compiles the sources as one translation unit, JOBS at a time
+  local obj=$1
+  shift
+  newer "$obj" "$@" || return 0
+  local unit=$obj.cpp
+  printf '#include "%s"\n' "$@" >"$unit"
+  "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer-no-link -c "$unit" -o "$obj" &
+  pids+=($!)
+  if [ ${#pids[@]} -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+}
+compile "$OUT/obj/key.o" "$ROOT/src/key.cpp"
+compile "$OUT/obj/layout.o" "$ROOT/src/layout.cpp"
+lib_objs=("$OUT/obj/key.o" "$OUT/obj/layout.o")
+mapfile -t rest < <(ls "$ROOT"/src/*.cpp "$ROOT"/src/sys/*.cpp "$ROOT"/src/redis/*.cpp |
+  grep -v -e '/src/key\.cpp$' -e '/src/layout\.cpp$')
+for ((i = 0; i < ${#rest[@]}; i += 10)); do
+  obj="$OUT/obj/batch$((i / 10)).o"
   lib_objs+=("$obj")
-  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find "$ROOT/src" "$ROOT/include" -name '*.hpp' -newer "$obj" -print -quit)" ]; then
-    "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer-no-link -c "$src" -o "$obj" &
-    pids+=($!)
-    if [ ${#pids[@]} -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
-  fi
+  compile "$obj" "${rest[@]:i:10}"
 done
 for p in "${pids[@]}"; do wait "$p"; done
 
@@ -46,7 +67,7 @@ run_pids=()
 for t in "${targets[@]}"; do
   echo "fuzz: building $t"
   case $t in
-    key_fuzz) objs=("$OUT/obj/src_key.cpp.o" "$OUT/obj/src_layout.cpp.o") ;;
+    key_fuzz) objs=("$OUT/obj/key.o" "$OUT/obj/layout.o") ;;
     *) objs=("${lib_objs[@]}") ;;
   esac
   "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "$ROOT/tests/fuzz/$t.cpp" "${objs[@]}" \
