@@ -81,7 +81,13 @@ TEST(RunToken, KilledRunKeepsTheSeatUntilItsGrandchildExits) {
 
 TEST(RunToken, ACommandThatExitsLeavesTheSeatToTheProcessItStarted) {
   unique_key key;
-  running_tool run(run_args(key, {"-p", "1"}, {"sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"}));
+  // The background child is a copy of sh until it has exec'd sleep: the
+  // command waits for that, so that the wrapper finds it by its name.
+  running_tool run(run_args(key, {"-p", "1"},
+                            {"sh", "-c",
+                             "sleep 600 >/dev/null 2>&1 & while kill -0 $! && [ \"$(cat "
+                             "/proc/$!/comm)\" != sleep ]; do :; done; "
+                             "echo $!"}));
   const pid_t background = std::stoi(run.read_line());
   EXPECT_EQ(run.wait(), 0);
   EXPECT_NE(run.stderr_text().find("pid " + std::to_string(background) + " (sleep)"),
