@@ -28,11 +28,12 @@ FLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined
 # alone (all key_fuzz needs); the rest in batches of 10 sources, each
 # compiled as one translation unit, as the CMake build does (unity build):
 # the shared headers are compiled once per batch. A batch is rebuilt only
-# when one of its sources or a header is newer than its object.
-newer() {  # obj src... -> true if obj must be rebuilt
-  local obj=$1
-  shift
-  [ ! -f "$obj" ] && return 0
+# when its list of sources changed (a file added or removed shifts the
+# batches), or one of them or a header is newer than its object.
+stale() {  # obj unit-text src... -> true if obj must be rebuilt
+  local obj=$1 text=$2
+  shift 2
+  [ ! -f "$obj" ] || [ "$(cat "$obj.cpp" 2>/dev/null)" != "$text" ] && return 0
   local s
   for s in "$@"; do [ "$s" -nt "$obj" ] && return 0; done
   [ -n "$(find "$ROOT/src" "$ROOT/include" -name '*.hpp' -newer "$obj" -print -quit)" ]
@@ -41,10 +42,11 @@ pids=()
 compile() {  # obj src... : compiles the sources as one translation unit, JOBS at a time
   local obj=$1
   shift
-  newer "$obj" "$@" || return 0
-  local unit=$obj.cpp
-  printf '#include "%s"\n' "$@" >"$unit"
-  "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer-no-link -c "$unit" -o "$obj" &
+  local text
+  text=$(printf '#include "%s"\n' "$@")
+  stale "$obj" "$text" "$@" || return 0
+  printf '%s\n' "$text" >"$obj.cpp"
+  "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer-no-link -c "$obj.cpp" -o "$obj" &
   pids+=($!)
   if [ ${#pids[@]} -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
 }
