@@ -8,10 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <cstdio>
 
 #include "fault_util.hpp"
 #include "seat_holder.hpp"
