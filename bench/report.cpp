@@ -359,9 +359,11 @@ std::vector<Target> check_targets(const Table& t, const Results& results) {
       "7. fifo: fairness ≥ 0.8 in every contended row, counted from the first tenth of the "
       "window on",
       "shmsem", "fairness_after_start", false, 0.8, fairness);
-  {
-    Target tg{"8. reclaim after SIGKILL with a waiter blocked: p99 ≤ 50 ms", "—",
-              verdict(std::nullopt)};
+  // The original bound, and the one the kernel's bell is for (issue 16:
+  // Linux 5.16 or later, at most 127 holder processes), with the kernel
+  // peers' own p99 beside it: on a loaded host they miss it too.
+  auto reclaim_target = [&](const std::string& label, double limit_ns, bool peers) {
+    Target tg{label, "—", verdict(std::nullopt)};
     auto p99 = t.get("BM_CrashReclaim/shmsem", "p99_ns");
     auto leaked = t.get("BM_CrashReclaim/shmsem", "leaked");
     auto trials = t.get("BM_CrashReclaim/shmsem", "trials");
@@ -371,15 +373,33 @@ std::vector<Target> check_targets(const Table& t, const Results& results) {
     } else if (p99) {
       tg.measured =
           num(*p99 / 1e6) + " ms (" + printf_string("%.0f", trials.value_or(0)) + " trials)";
-      tg.verdict = verdict(*p99 <= 50e6);
+      if (peers) {
+        for (const char* peer : {"sysv_undo", "flock"}) {
+          if (auto v = t.get(std::string("BM_CrashReclaim/") + peer, "p99_ns"))
+            tg.measured += std::string("; ") + peer + " " + num(*v / 1e6) + " ms";
+        }
+      }
+      tg.verdict = verdict(*p99 <= limit_ns);
     }
     out.push_back(tg);
-  }
+  };
+  reclaim_target("8. reclaim after SIGKILL with a waiter blocked: p99 ≤ 50 ms", 50e6, false);
+  reclaim_target("8. reclaim after SIGKILL with a waiter blocked: p99 ≤ 1 ms (the kernel's bell)",
+                 1e6, true);
   {
     Target tg{"8. 50 idle blocked waiters burn < 1% of one core", "—", verdict(std::nullopt)};
     if (auto pct = t.get("BM_IdleWaiters/shmsem", "cpu_pct_of_core")) {
       tg.measured = printf_string("%.3f", *pct) + " % of a core";
       tg.verdict = verdict(*pct < 1.0);
+    }
+    out.push_back(tg);
+  }
+  {
+    Target tg{"8. 50 idle blocked waiters wake at most once a second in all", "—",
+              verdict(std::nullopt)};
+    if (auto w = t.get("BM_IdleWaiters/shmsem", "switches_per_s")) {
+      tg.measured = printf_string("%.3f", *w) + " wake-ups/s";
+      tg.verdict = verdict(*w <= 1.0);
     }
     out.push_back(tg);
   }
