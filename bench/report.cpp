@@ -179,15 +179,18 @@ class Table {
     rows_.push_back(row);
   }
 
-  void fleet_row(int workers) {
+  // The shmsem column from a barging segment when `barging`; the peers'
+  // cells are the same runs as in the fifo row, repeated for the ratio.
+  void fleet_row(int workers, bool barging) {
     const std::string prefix = "BM_FleetWorkers/workers:" + std::to_string(workers);
-    Row row = make_row("F. " + std::to_string(workers) +
-                           " worker processes, capacity 8, hold 1 ms: share of the ideal "
-                           "(worst wait)",
-                       "% (ms)");
+    Row row =
+        make_row("F. " + std::to_string(workers) + " worker processes, capacity 8, hold 1 ms" +
+                     (barging ? ", shmsem barging" : "") + ": share of the ideal (worst wait)",
+                 "% (ms)");
     std::optional<double> share[kColumns];
     for (int c = 0; c < kColumns; ++c) {
-      const std::string name = prefix + "/" + kImpls[c];
+      const std::string name =
+          prefix + "/" + (c == 0 && barging ? std::string("shmsem_barging") : kImpls[c]);
       if (c > 2) {
         row.cells[c] = "n/a";
         continue;
@@ -735,17 +738,20 @@ std::string render_report(const Results& results, bool smoke, const std::string&
   }
   t.figure_row("9. open() of an existing semaphore (sem_open, semget, open)", "BM_OpenExisting", "",
                kUs);
-  std::vector<int> fleet, short_lived;
+  std::vector<int> fleet, fleet_barging, short_lived;
   for (const auto& [name, r] : results) {
     const std::string workers = "BM_FleetWorkers/workers:", procs = "BM_FleetShortLived/procs:";
+    const bool fifo = name.find("/shmsem_barging") == std::string::npos;
     if (name.rfind(workers, 0) == 0 && name.find("/shmsem") != std::string::npos)
-      fleet.push_back(std::stoi(name.substr(workers.size())));
+      (fifo ? fleet : fleet_barging).push_back(std::stoi(name.substr(workers.size())));
     if (name.rfind(procs, 0) == 0 && name.find("/shmsem") != std::string::npos)
       short_lived.push_back(std::stoi(name.substr(procs.size())));
   }
   std::sort(fleet.begin(), fleet.end());
+  std::sort(fleet_barging.begin(), fleet_barging.end());
   std::sort(short_lived.begin(), short_lived.end());
-  for (int n : fleet) t.fleet_row(n);
+  for (int n : fleet) t.fleet_row(n, false);
+  for (int n : fleet_barging) t.fleet_row(n, true);
   for (int n : short_lived) t.short_lived_row(n);
   for (const auto& [name, r] : results) {
     if (name.rfind("BM_ReapDeadHolder/", 0) != 0) continue;
