@@ -183,6 +183,6 @@ void register_contended();      // case 7, and the 100 µs hold
 void register_crash_reclaim();  // case 8
 void register_scaling();        // case 9
 void register_fleet();          // the fleet rows
-void register_redis();          // the Redis backend (issue 15)
+void register_redis();          // the Redis backend
 
 }  // namespace shmsem_bench

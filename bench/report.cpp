@@ -362,9 +362,9 @@ std::vector<Target> check_targets(const Table& t, const Results& results) {
       "7. fifo: fairness ≥ 0.8 in every contended row, counted from the first tenth of the "
       "window on",
       "shmsem", "fairness_after_start", false, 0.8, fairness);
-  // The original bound, and the one the kernel's bell is for (issue 16:
-  // Linux 5.16 or later, at most 127 holder processes), with the kernel
-  // peers' own p99 beside it: on a loaded host they miss it too.
+  // The original bound, and the one the kernel's bell is for (Linux 5.16
+  // or later, at most 127 holder processes), with the kernel peers' own
+  // p99 beside it: on a loaded host they miss it too.
   auto reclaim_target = [&](const std::string& label, double limit_ns, bool peers) {
     Target tg{label, "—", verdict(std::nullopt)};
     auto p99 = t.get("BM_CrashReclaim/shmsem", "p99_ns");
