@@ -69,7 +69,7 @@ void after_release(attachment& a, thread_entry& e, lease_slot& l, std::uint64_t 
     // Waiting for the lock to serve the queue would put the seats behind
     // every process queued on the lock (a herd joining the queue). Whoever
     // holds it serves the queue before it lets go: we, if it is free.
-    if (queued) a.hdr->grants_due.store(1);
+    if (queued) a.hdr->grants_due.fetch_or(kDueGrants);
     segment_lock lk(a, full ? sys::kNever : sys::kNoWait);
     if (!lk.owns()) return;
     if (full) {

@@ -192,7 +192,10 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
     // Killed halfway through a lock-free acquire or release: only a count
     // of every held slot can tell the gate's truth. Until one succeeds, keep
     // the record (and its token byte) so that the next reap tries again.
-    if (recounted || resettle(now) < 0) return;
+    // A recount that gave up lately (a live thread is stopped in flight)
+    // is not tried again before its backoff: each try waits kQuiesceNs
+    // under the lock, and there may be many such dead holders.
+    if (recounted || resettle_backing_off(now) || resettle(now) < 0) return;
     recounted = true;
   }
   free_thread_records_of(h);
@@ -206,8 +209,8 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
 int attachment::reap(std::int64_t now, wake_list& wakes, bool force_scan) {
   const std::int32_t before = used();
   const std::uint32_t hwm = hdr->lease_hwm.load(std::memory_order_relaxed);
-  const std::int64_t due = hdr->resettle_due_ns.load(std::memory_order_relaxed);
-  if (due != 0 && due <= now) resettle(now);
+  if (hdr->resettle_due_ns.load(std::memory_order_relaxed) != 0 && !resettle_backing_off(now))
+    resettle(now);
   if (force_scan || hdr->earliest_expiry_ns.load(std::memory_order_relaxed) <= now) {
     // Frozen while the bound is rebuilt: a lock-free acquire that took its
     // seats before the freeze shows its expiry in its slot (acquiring or

@@ -272,6 +272,16 @@ void attachment::grant_queued(std::int64_t now, wake_list& wakes, std::uint32_t 
   for (;;) {
     const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed);
     if (head == kNil) break;
+    // A waiter whose process is gone is not served: its seats would stay
+    // taken until a reap found them. Its process is reaped instead (which
+    // frees its waiter slots). A live one costs a load of its lifeline.
+    if (const std::uint32_t h = waiters[head - 1].holder.load(std::memory_order_relaxed);
+        h < std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders) &&
+        reapable(h)) {
+      reap_holder(h, now, wakes);
+      if (hdr->queue_head.load(std::memory_order_relaxed) == head) break;
+      continue;
+    }
     if (head != own && queue_passable()) {
       // Barging: a seat handed to a sleeper would stay idle while it wakes
       // up. The first in line is woken to compete for it instead, once:
@@ -396,6 +406,13 @@ bool attachment::watch(std::int64_t now) const {
 bool attachment::holder_gone_from(std::uint32_t h) const {
   if (h >= std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders)) return false;
   return holders[h].state.load(std::memory_order_acquire) == kHolderAttached && holder_gone(h);
+}
+
+bool attachment::head_owed() const {
+  const std::uint32_t head = hdr->queue_head.load(std::memory_order_acquire);
+  if (head == kNil || head > hdr->waiter_slots.load(std::memory_order_relaxed)) return false;
+  const waiter_slot& s = waiters[head - 1];
+  return s.state.load(std::memory_order_acquire) == kWaiting && gate_fits(gate(), s.weight);
 }
 
 bool attachment::head_gone() const {
@@ -633,7 +650,11 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
         if (!bells.covered || (head && layout::gate_fits(a.gate(), n)))
           until = std::min(until, now + tick);
         else if (head)
-          until = std::min(until, timed_duty(a));
+          // With nobody behind it, the head keeps the second's watchdog: a
+          // releaser stopped between giving its seats back and serving the
+          // queue rings no bell, and nobody else would look.
+          until = std::min(until,
+                           watch.second == layout::kNil ? now + kSecondWatchdogNs : timed_duty(a));
         else if (second)
           until = std::min(until, now + kSecondWatchdogNs);
       }
@@ -663,10 +684,10 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
       // Also serve the queue if the head fits: a releaser that gave its
       // seats back without the lock may have died before handing them on.
       // The second does the head's duty too when its watchdog fires: the
-      // head may be stopped.
+      // head may be stopped, or owed seats that a stopped releaser gave back.
       bool act = head ? a.watch(lease_clock()) || layout::gate_fits(a.gate(), n)
                       : a.head_gone() || a.holder_gone_from(bells.ahead) ||
-                            (second && a.watch(lease_clock()));
+                            (second && (a.watch(lease_clock()) || a.head_owed()));
       if (act) {
         segment_lock lk(a, deadline);
         if (lk.owns()) {

@@ -146,12 +146,14 @@ bool attachment::lock(std::int64_t deadline_ns) {
 void attachment::unlock(wake_list& wakes) noexcept {
   for (;;) {
     // Work left to us by those who did not wait for the lock: a release's
-    // seats for the queue, a waiter that gave up.
-    if (hdr->grants_due.load() != 0) {
+    // seats for the queue, a waiter that gave up. Seats that fit the head
+    // are served even unasked: their releaser may be stopped between giving
+    // them back and asking.
+    if (hdr->grants_due.load() != 0 || head_owed()) {
       try {
         const std::uint32_t due = hdr->grants_due.exchange(0);
         if (due & kDueAbandoned) drop_abandoned(wakes);
-        if (due != 0) grant_queued(lease_clock(), wakes);
+        grant_queued(lease_clock(), wakes);
       } catch (const std::exception& e) {
         log().error("semaphore '{}': {} (serving the queue before unlocking)", key, e.what());
       }
@@ -335,7 +337,10 @@ int attachment::resettle(std::int64_t now) {
         const std::int64_t backoff = std::clamp<std::int64_t>(
             hdr->resettle_backoff_ns * 2, kResettleRetryMinNs, kResettleRetryMaxNs);
         hdr->resettle_backoff_ns = backoff;
-        hdr->resettle_due_ns.store(std::max<std::int64_t>(now + backoff, 1));
+        // From the end of this try, not its start: the try itself took
+        // kQuiesceNs, longer than the first backoffs.
+        hdr->resettle_due_ns.store(
+            std::max<std::int64_t>(std::max(now, lease_clock()) + backoff, 1));
         return -1;
       }
       sys::yield();

@@ -412,6 +412,11 @@ struct attachment {
   /// The second waiter's watch (no lock): true if the head of the queue
   /// belongs to a dead process (nobody else would notice it).
   bool head_gone() const;
+  /// True if the head of the queue is waiting, not being served, and its
+  /// seats fit in the gate (no lock; a hint, exact under the lock): a
+  /// releaser gave seats back and has not served the queue yet, or was
+  /// stopped (or died) before it could.
+  bool head_owed() const;
   /// Waits (no lock) until this process's lifeline is armed, at most until
   /// `deadline_ns` and kArmWaitNs from now: called by the acquire that
   /// claimed our holder record, once it holds its seat, so that our death
@@ -462,6 +467,12 @@ struct attachment {
   /// if a live thread's operation did not finish in time (a stopped
   /// thread): resettle_due_ns then schedules a retry.
   int resettle(std::int64_t now_ns);
+  /// True while a recount that gave up waits out its backoff
+  /// (resettle_due_ns lies ahead of `now_ns`): no recount is tried then.
+  bool resettle_backing_off(std::int64_t now_ns) const {
+    const std::int64_t due = hdr->resettle_due_ns.load(std::memory_order_relaxed);
+    return due != 0 && due > now_ns;
+  }
   // --- the tables (segment_shared.hpp, holders.cpp, leases.cpp, queue.cpp)
   /// [locked] Doubles a fixed-offset table (up to `max` entries).
   template <class Slot>

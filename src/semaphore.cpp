@@ -313,9 +313,12 @@ bool shut_down(const handle& h) {
 // queue, after reclaiming dead holders' and expired seats if that helps.
 bool admits_now(attachment& a, int n, std::int64_t now, detail::wake_list& wakes) {
   if (a.admit(n, false)) return true;
-  // Behind a queue nothing reaped would be ours; the head waiter watches.
-  if (a.gate() & detail::layout::kGateQueued) return false;
+  // Behind a queue nothing reaped would be ours; the head waiter watches,
+  // unless it is dead (or gave up) with nobody behind it to notice.
+  const bool queued = (a.gate() & detail::layout::kGateQueued) != 0;
+  if (queued && !a.head_gone()) return false;
   a.reap(now, wakes);
+  if (queued) a.grant_queued(now, wakes);
   return a.admit(n, false);
 }
 

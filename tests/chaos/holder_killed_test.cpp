@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -57,6 +58,61 @@ TEST(HolderKilled, BlockedThreadOfThisProcessProceeds) {
   waiter.join();
   EXPECT_TRUE(got);
   EXPECT_EQ(sem.used(), 0);
+}
+
+// A waiter killed at the head of the queue, with nobody queued behind it
+// to hear of its death: the seats it waited for are free for the others,
+// and a try does not stand behind a dead waiter.
+TEST(HolderKilled, ADeadHeadWaiterDoesNotKeepFreeSeatsFromATry) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 3);
+  test::pipe_channel go;
+  test::child_process big([&] {
+    Semaphore s = Semaphore::attach(key.str());
+    if (go.receive(std::chrono::minutes(2)) != 'g') return 2;
+    (void)s.acquire(3, {.wait_timeout = std::chrono::minutes(2)});
+    return 0;
+  });
+  Permit mine = sem.acquire(1);
+  go.send('g');
+  ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
+  big.kill(SIGKILL);
+  std::optional<Permit> p = sem.try_acquire(1);
+  EXPECT_TRUE(p.has_value()) << "a try stood behind a dead head waiter";
+  EXPECT_NO_THROW((void)sem.acquire(1, {.wait_timeout = 0ms}));
+  EXPECT_EQ(sem.waiters(), 0);
+}
+
+// A process exits while one of its threads is queued. The next release
+// must not hand the seat to that dead waiter (where only the next reap
+// would find it again): the dead waiter is reaped, and the seat stays free.
+TEST(HolderKilled, ASeatIsNotHandedToAWaiterWhoseProcessExited) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 1);
+  test::pipe_channel go, queued;
+  test::child_process quitter([&] {
+    Semaphore s = Semaphore::attach(key.str());
+    if (go.receive(std::chrono::minutes(2)) != 'g') return 2;
+    std::thread waiter([&] {
+      try {
+        (void)s.acquire(1, {.wait_timeout = std::chrono::minutes(2)});
+      } catch (const std::exception&) {
+      }
+    });
+    waiter.detach();
+    if (!test::eventually([&] { return s.waiters() == 1; })) return 3;
+    queued.send('q');
+    ::_exit(0);  // the queued thread goes with the process
+  });
+  Permit mine = sem.acquire(1);
+  go.send('g');
+  ASSERT_EQ(queued.receive(), 'q');
+  ASSERT_EQ(quitter.wait(), 0);
+  mine.release();
+  EXPECT_EQ(sem.used(), 0) << "the seat went to a waiter whose process had exited";
+  EXPECT_EQ(sem.waiters(), 0);
+  EXPECT_TRUE(sem.try_acquire().has_value());
+  EXPECT_TRUE(test::stats_add_up(sem));
 }
 
 TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {

@@ -152,5 +152,66 @@ TEST_F(LockFreeHandoff, AQueuedAcquireWhoseBudgetRunsOutLeavesWhileAStoppedProce
   expect_all_returned();
 }
 
+// A waiter that gave up while a stopped process held the lock leaves the
+// unlinking of its slot to that lock's holder (a bit in grants_due). A
+// lock-free release that then asks the same holder to serve the queue must
+// not erase that bit: the slot, behind a head that cannot be served yet,
+// would stay in the queue and be counted as a waiter.
+TEST(LockFreeHandoffFlags, AReleaseToTheQueueKeepsAGiveUpForTheLockHolder) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 2);
+  test::pipe_channel h_go, h_up, l_go, i_go, i_up;
+  // Forked before this process acquires (see docs/testing.md on fork).
+  test::child_process head([&] {
+    Semaphore s = Semaphore::attach(key.str());
+    if (h_go.receive(2min) != 'g') return 2;
+    Permit p = s.acquire(2, {.wait_timeout = 2min});
+    h_up.send('a');
+    p.release();
+    return 0;
+  });
+  test::child_process locker([&] { return lock_and_stop(key.str(), l_go); });
+  // It stays attached once it gave up: its exit would be a death, and the
+  // reap of it would unlink its slot anyway.
+  test::pipe_channel i_quit;
+  test::child_process impatient([&] {
+    Semaphore s = Semaphore::attach(key.str());
+    if (i_go.receive(2min) != 'g') return 2;
+    try {
+      (void)s.acquire(1, {.wait_timeout = 5s});
+      return 4;  // it had no seat to get
+    } catch (const AcquisitionError& e) {
+      if (e.reason() != Reason::timeout) return 3;
+    }
+    i_up.send('t');
+    i_quit.receive(2min);
+    return 0;
+  });
+  Permit first = sem.acquire(1);
+  Permit second = sem.acquire(1);
+  h_go.send('g');
+  ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
+  i_go.send('g');
+  ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 2; }));
+  l_go.send('g');
+  ASSERT_TRUE(test::eventually([&] { return test::is_stopped(locker.pid()); }));
+  ASSERT_EQ(i_up.receive(30s), 't');
+  // Lock-free, to a queue whose head needs both seats: only the flag for
+  // the lock's holder is set.
+  first.release();
+  locker.kill(SIGCONT);
+  EXPECT_TRUE(test::eventually([&] { return sem.waiters() == 1; }))
+      << "the slot of the waiter that gave up stayed in the queue";
+  i_quit.send('q');
+  EXPECT_EQ(impatient.wait(), 0);
+  second.release();
+  EXPECT_EQ(h_up.receive(30s), 'a');
+  EXPECT_EQ(head.wait(), 0);
+  EXPECT_EQ(locker.wait(), 0);
+  EXPECT_EQ(sem.waiters(), 0);
+  EXPECT_EQ(sem.used(), 0);
+  EXPECT_TRUE(test::stats_add_up(sem));
+}
+
 }  // namespace
 }  // namespace shmsem
