@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "forking.hpp"
+
 namespace shmsem {
 
 void UnavailablePolicy::apply(std::string_view key, const AcquisitionError& error,
@@ -116,12 +118,24 @@ void unformattable_arguments(std::string_view text) {
                               "' names an argument that is missing or cannot be formatted");
 }
 
+namespace {
+std::mutex warned_mutex;  // taken around fork() (forking.hpp)
+}  // namespace
+
+void lock_warnings_for_fork() noexcept {
+  warned_mutex.lock();
+}
+
+void unlock_warnings_after_fork() noexcept {
+  warned_mutex.unlock();
+}
+
 void warn_fail_open(std::string_view key, const std::exception_ptr& cause) noexcept {
-  static std::mutex mu;
   try {
+    handle_fork_once();
     static auto* warned = new std::unordered_set<std::string>();  // leaked: usable at exit
     {
-      std::lock_guard lk(mu);
+      std::lock_guard lk(warned_mutex);
       if (!warned->emplace(key).second) return;
     }
     std::string why = "unknown error";

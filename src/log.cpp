@@ -8,6 +8,8 @@
 
 #include <mutex>
 
+#include "forking.hpp"
+
 namespace shmsem {
 namespace {
 struct Current {
@@ -18,7 +20,10 @@ struct Current {
 Current& current() {
   // Never destroyed: the library's detached threads (the lifeline and Redis
   // keepers) may log while the process runs its exit handlers.
-  static Current* c = new Current;
+  static Current* c = [] {
+    detail::handle_fork_once();
+    return new Current;
+  }();
   return *c;
 }
 
@@ -46,6 +51,14 @@ void set_logger(std::shared_ptr<spdlog::logger> l) {
 }
 
 namespace detail {
+void lock_log_for_fork() noexcept {
+  current().mutex.lock();
+}
+
+void unlock_log_after_fork() noexcept {
+  current().mutex.unlock();
+}
+
 spdlog::logger& log() {
   // Logging is off the hot path (warnings about lost seats, recoveries), so
   // a mutex-guarded lookup per message is fine; it keeps set_logger() safe.

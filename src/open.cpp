@@ -12,6 +12,7 @@
 #include <string>
 
 #include "fastpath.hpp"
+#include "forking.hpp"
 #include "key.hpp"
 #include "log.hpp"
 #include "segment.hpp"

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "fastpath.hpp"
+#include "forking.hpp"
 #include "lifeline.hpp"
 #include "log.hpp"
 #include "segment.hpp"
@@ -33,13 +34,26 @@ std::vector<attachment*> registry;
 std::uint64_t next_serial = 1;  // under registry_mutex
 std::once_flag atfork_once;
 
+// Every process-local mutex of the library, in the order forking.hpp gives.
 void atfork_prepare() {
   registry_mutex.lock();
+  lock_handles_for_fork();
+  lock_services_for_fork();
+  lock_log_for_fork();
+  lock_warnings_for_fork();
 }
 void atfork_parent() {
+  unlock_warnings_after_fork();
+  unlock_log_after_fork();
+  unlock_services_after_fork();
+  unlock_handles_after_fork();
   registry_mutex.unlock();
 }
 void atfork_child() {
+  unlock_warnings_after_fork();
+  unlock_log_after_fork();
+  unlock_services_after_fork();
+  unlock_handles_after_fork();
   registry_mutex.unlock();
   lifeline::forget_after_fork();
   // The child shares our open file descriptions, and with them our liveness

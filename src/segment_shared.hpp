@@ -76,8 +76,6 @@ void reset_live_state(void* base);
 /// fork(); and the serial for a new one (process.cpp).
 std::vector<attachment*>& attachments_of_process();
 std::uint64_t next_attachment_serial();
-/// Registers the fork handlers, once per process (process.cpp).
-void handle_fork_once();
 
 template <class Slot>
 void attachment::grow_table(std::atomic<std::uint32_t>& count, Slot* table, std::size_t offset,

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "fastpath.hpp"
+#include "forking.hpp"
 #include "handle.hpp"
 #include "key.hpp"
 #include "leases.hpp"
@@ -30,9 +31,15 @@ namespace detail {
 std::atomic<bool> process_shut_down{false};
 
 namespace {
-std::mutex handles_mutex;
+std::mutex handles_mutex;  // before each handle's waits_mu (forking.hpp)
 std::vector<handle*> all_handles;
 std::atomic<std::uint64_t> next_handle_id{1};
+
+void register_handle(handle* h) {
+  handle_fork_once();
+  std::lock_guard g(handles_mutex);
+  all_handles.push_back(h);
+}
 
 // How long try_acquire() waits for the segment lock (held for microseconds,
 // unless its holder is stopped or starved of CPU).
@@ -71,6 +78,17 @@ void notify(const std::shared_ptr<Observer>& o, F&& f) {
 }
 
 }  // namespace
+
+void lock_handles_for_fork() noexcept {
+  handles_mutex.lock();
+  // A handle on the list is alive: ~Semaphore takes it off first.
+  for (handle* h : all_handles) h->waits_mu.lock();
+}
+
+void unlock_handles_after_fork() noexcept {
+  for (handle* h : all_handles) h->waits_mu.unlock();
+  handles_mutex.unlock();
+}
 
 void handle::nudge_waiters() {
   std::lock_guard g(waits_mu);
@@ -180,10 +198,7 @@ Semaphore Semaphore::open(std::string_view key, int permits, const Options& opti
     h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout,
                                         options.trusted_owners, options.fencing, options.fairness);
   h->id = detail::next_handle_id++;
-  {
-    std::lock_guard g(detail::handles_mutex);
-    detail::all_handles.push_back(h.get());
-  }
+  detail::register_handle(h.get());
   return Semaphore(std::move(h));
 }
 
@@ -199,10 +214,7 @@ Semaphore Semaphore::attach(std::string_view key, const Options& options) {
     h->att = attachment::acquire_handle(key, 0, options.mode, options.open_timeout,
                                         options.trusted_owners);
   h->id = detail::next_handle_id++;
-  {
-    std::lock_guard g(detail::handles_mutex);
-    detail::all_handles.push_back(h.get());
-  }
+  detail::register_handle(h.get());
   return Semaphore(std::move(h));
 }
 

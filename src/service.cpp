@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "forking.hpp"
 #include "handle.hpp"
 #include "sys/clock.hpp"
 #include "sys/file.hpp"
@@ -50,6 +51,13 @@ struct service_entry {
   // gives such an entry a second chance (CLOCK) instead of closing a hot key.
   std::atomic<bool> referenced{false};
 };
+
+namespace {
+// The shard mutexes of every Service of the process, for fork(): they are
+// taken around it (forking.hpp).
+std::mutex shards_mutex;
+std::vector<std::mutex*> all_shards;
+}  // namespace
 
 }  // namespace detail
 
@@ -84,7 +92,21 @@ struct Service::impl {
     shard_count = 1;
     while (shard_count * 2 <= kMaxShards && shard_count * 2 <= cap) shard_count *= 2;
     per_shard = (cap + shard_count - 1) / shard_count;
+    detail::handle_fork_once();
+    std::lock_guard g(detail::shards_mutex);
+    for (std::size_t i = 0; i < shard_count; ++i) detail::all_shards.push_back(&shards[i].mu);
   }
+
+  ~impl() {
+    std::lock_guard g(detail::shards_mutex);
+    std::erase_if(detail::all_shards, [this](const std::mutex* m) {
+      for (std::size_t i = 0; i < shard_count; ++i)
+        if (m == &shards[i].mu) return true;
+      return false;
+    });
+  }
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
 
   shard& shard_of(std::string_view key) { return shards[key_hash{}(key) & (shard_count - 1)]; }
 
@@ -210,6 +232,20 @@ struct Service::impl {
 
   static inline std::atomic<std::uint64_t> next_id{1};
 };
+
+namespace detail {
+
+void lock_services_for_fork() noexcept {
+  shards_mutex.lock();
+  for (std::mutex* m : all_shards) m->lock();
+}
+
+void unlock_services_after_fork() noexcept {
+  for (std::mutex* m : all_shards) m->unlock();
+  shards_mutex.unlock();
+}
+
+}  // namespace detail
 
 namespace {
 

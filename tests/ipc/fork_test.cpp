@@ -1,6 +1,7 @@
 // fork_test.cpp: fork() at the worst moments. A child forked at the file
 // descriptor limit, a child that cannot get a file description of its own,
-// and a child forked while the parent's renewal thread is extending a lease.
+// a child forked while the parent's renewal thread is extending a lease, and
+// children forked while other threads of the parent open and close handles.
 // None of them may reap the live parent, use the parent's liveness token,
 // or hang.
 #include <shmsem/shmsem.hpp>
@@ -12,9 +13,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "segment.hpp"
@@ -171,6 +174,66 @@ TEST(Fork, ForkDuringARenewalLeavesTheChildFreeToDropTheParentsPermit) {
     return s.used() == 0 ? 0 : 4;
   });
   EXPECT_EQ(parent.wait(), 0) << "19: the child hung on the inherited renewal";
+}
+
+// Every mutex of the library that a thread may hold while another forks
+// (the handle list, a handle's list of waits, the attachment registry) is
+// taken around fork(): a child forked while a thread of the parent was in
+// open() or ~Semaphore() must not find one locked by a thread it does not
+// have. The window is a few instructions wide, so the parent forks
+// thousands of children while two threads hammer it; each child opens,
+// acquires and exits, and one that has not exited after 10 s hung.
+TEST(Fork, ChildrenForkedWhileOtherThreadsOpenAndCloseHandlesNeverHang) {
+  unique_key k;
+  child_process parent([&] {
+    Semaphore base = Semaphore::open(k, 4);
+    // A full semaphore, so that a blocked acquire puts its wait on the
+    // handle's list: the child's own blocked acquire takes that list too.
+    unique_key full_key("full");
+    Semaphore full = Semaphore::open(full_key, 1);
+    Permit seat = full.acquire();
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> hammers;
+    for (int t = 0; t < 2; ++t)
+      hammers.emplace_back([&] {
+        while (!stop.load(std::memory_order_relaxed)) {
+          Semaphore s = Semaphore::open(k, 4);
+          (void)s.capacity();
+        }
+      });
+    hammers.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        try {
+          full.acquire(1, {.wait_timeout = 1ms});
+        } catch (const AcquisitionError&) {
+        }
+      }
+    });
+    int result = 0;
+    int forks = 0;
+    const auto end = std::chrono::steady_clock::now() + 15s;
+    for (; forks < 3000 && result == 0 && std::chrono::steady_clock::now() < end; ++forks) {
+      child_process c([&] {
+        Semaphore s = Semaphore::open(k, 4);
+        Permit p = s.acquire(1, {.wait_timeout = 5s});
+        try {
+          full.acquire(1, {.wait_timeout = 1ms});
+          return 2;  // the parent holds the only seat
+        } catch (const AcquisitionError& e) {
+          if (e.reason() != Reason::timeout) return 3;
+        }
+        return p.is_held() ? 0 : 4;
+      });
+      const int status = c.wait(10s);
+      if (status != 0) result = status < 0 ? 1 : 10 + status;
+    }
+    stop = true;
+    for (auto& t : hammers) t.join();
+    std::fprintf(stderr, "%d children forked\n", forks);
+    return result;
+  });
+  EXPECT_EQ(parent.wait(120s), 0)
+      << "a child hung (forked while a library mutex was held), or failed";
 }
 
 }  // namespace
