@@ -314,7 +314,7 @@ SegmentOwner Semaphore::owner(std::string_view key, const Options& options) {
                          "shmsem: no semaphore '" + std::string(key) + "' (" + path + ")");
     detail::throw_segment_errno(path, "cannot stat", err);
   }
-  return detail::describe_owner(st, options.trusted_owners);
+  return detail::describe_owner({st, -1, path}, options.trusted_owners);
 }
 
 std::vector<SegmentUser> Semaphore::users(std::string_view key) {

@@ -118,7 +118,7 @@ attachment* share_attached(std::string_view key, const std::string& name, int pe
     // A removed file stays usable for those who have it, but a new open
     // must get the semaphore that now has the name.
     if (a->file->stat(st) != 0 || st.st_nlink == 0) continue;
-    check_owner(st, key, a->path, trusted_owners);
+    check_owner({st, a->file->fd(), a->path}, key, trusted_owners);
     ++a->handles;
     a->closing.store(false, std::memory_order_relaxed);
     for (thread_entry* e : a->entries) e->closing.store(false, std::memory_order_relaxed);
@@ -147,7 +147,7 @@ std::unique_ptr<sys::shm_file> open_checked(std::string_view key, const std::str
   if (!S_ISREG(st.st_mode))
     throw SegmentError(make_error_code(errc::bad_segment),
                        "shmsem: " + path + " is not a regular file (refused)");
-  check_owner(st, key, path, trusted_owners);  // before a byte of it is trusted
+  check_owner({st, file->fd(), path}, key, trusted_owners);  // before a byte of it is trusted
   return file;
 }
 

@@ -45,6 +45,44 @@ bool named_in(uid_t uid, const std::vector<std::string>& owners) {
   return false;
 }
 
+// Why a process does not accept a file, if it does not.
+enum class distrust { none, root_is_strict, world_writable, acl_writers, acl_unreadable };
+
+distrust judge(const file_status& f, uid_t euid, const std::vector<std::string>& trusted_owners) {
+  const struct ::stat& st = f.st;
+  if (st.st_uid == euid || st.st_uid == 0) return distrust::none;
+  distrust why = distrust::root_is_strict;
+  if (euid != 0) {
+    if (st.st_mode & S_IWOTH) {
+      why = distrust::world_writable;
+    } else {
+      // Read only now: the owner's own files, root's and a root process's
+      // verdicts need no ACL.
+      const sys::acl_grant g = f.fd >= 0 ? sys::acl_writers(f.fd, st.st_uid, st.st_gid)
+                                         : sys::acl_writers(f.path, st.st_uid, st.st_gid);
+      if (g == sys::acl_grant::none) return distrust::none;
+      why = g == sys::acl_grant::named_writers ? distrust::acl_writers : distrust::acl_unreadable;
+    }
+  }
+  return named_in(st.st_uid, trusted_owners) ? distrust::none : why;
+}
+
+const char* why_text(distrust d) {
+  switch (d) {
+    case distrust::root_is_strict:
+      return "a process running as root trusts only root's segments";
+    case distrust::world_writable:
+      return "the file is writable by every user";
+    case distrust::acl_writers:
+      return "the file's ACL lets another user or group write it (getfacl shows whom)";
+    case distrust::acl_unreadable:
+      return "the file's ACL cannot be read, so it may let another user or group write it";
+    case distrust::none:
+      break;
+  }
+  return "";
+}
+
 std::string mode_text(unsigned mode) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
@@ -59,22 +97,20 @@ void validate_trusted_owners(const std::vector<std::string>& owners) {
       throw std::invalid_argument("shmsem: Options::trusted_owners holds an empty user name");
 }
 
-bool owner_trusted(const struct ::stat& st, uid_t euid,
+bool owner_trusted(const file_status& f, uid_t euid,
                    const std::vector<std::string>& trusted_owners) {
-  if (st.st_uid == euid || st.st_uid == 0) return true;
-  if (euid != 0 && (st.st_mode & S_IWOTH) == 0) return true;
-  return named_in(st.st_uid, trusted_owners);
+  return judge(f, euid, trusted_owners) == distrust::none;
 }
 
-SegmentOwner describe_owner(const struct ::stat& st,
-                            const std::vector<std::string>& trusted_owners) {
+SegmentOwner describe_owner(const file_status& f, const std::vector<std::string>& trusted_owners) {
+  const struct ::stat& st = f.st;
   SegmentOwner o;
   o.uid = st.st_uid;
   o.user = sys::user_name(st.st_uid);
   o.gid = st.st_gid;
   o.group = sys::group_name(st.st_gid);
   o.mode = st.st_mode & 07777;
-  o.trusted = owner_trusted(st, sys::effective_uid(), trusted_owners);
+  o.trusted = owner_trusted(f, sys::effective_uid(), trusted_owners);
   return o;
 }
 
@@ -83,14 +119,15 @@ std::string owner_text(const SegmentOwner& o) {
   return o.user + " (uid " + std::to_string(o.uid) + ")";
 }
 
-void check_owner(const struct ::stat& st, std::string_view key, const std::string& path,
+void check_owner(const file_status& f, std::string_view key,
                  const std::vector<std::string>& trusted_owners) {
   const uid_t euid = sys::effective_uid();
-  if (owner_trusted(st, euid, trusted_owners)) return;
-  SegmentOwner o = describe_owner(st, {});
+  const distrust d = judge(f, euid, trusted_owners);
+  if (d == distrust::none) return;
+  const std::string& path = f.path;
+  SegmentOwner o = describe_owner(f, {});
   const std::string who = o.user.empty() ? std::to_string(o.uid) : o.user;
-  const std::string why = euid == 0 ? "a process running as root trusts only root's segments"
-                                    : "the file is writable by every user";
+  const std::string why = why_text(d);
   throw SegmentError(
       make_error_code(errc::untrusted_owner),
       "shmsem: semaphore '" + std::string(key) + "' (" + path + ") is owned by " + owner_text(o) +
@@ -130,7 +167,7 @@ void watch_name(attachment& a) noexcept {
 void describe_segment(const attachment& a, const std::vector<std::string>& trusted_owners,
                       Snapshot& s) {
   struct ::stat st;
-  if (a.file->stat(st) == 0) s.owner = describe_owner(st, trusted_owners);
+  if (a.file->stat(st) == 0) s.owner = describe_owner({st, a.file->fd(), a.path}, trusted_owners);
   s.name_still_points_here = name_points_here(a);
 }
 

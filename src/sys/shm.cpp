@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "sys/clock.hpp"
+#include "sys/users.hpp"
 
 namespace bip = boost::interprocess;
 
@@ -66,8 +67,12 @@ std::unique_ptr<shm_file> shm_file::open(const std::string& name, bool create, m
     }
   }
   if (err) return nullptr;
-  if (created && ::fchmod(f->fd(), mode) != 0) {
-    err = errno;
+  // A default ACL on the directory was inherited into the new file's access
+  // ACL: drop it, so that the mode asked for is the whole truth about who
+  // may use the segment (and other users' ownership checks do not refuse
+  // it for ACL entries its creator never chose).
+  if (created && ((err = drop_access_acl(f->fd())) != 0 || ::fchmod(f->fd(), mode) != 0)) {
+    if (!err) err = errno;
     return nullptr;
   }
   return f;
