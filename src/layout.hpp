@@ -389,7 +389,8 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::int64_t>
       earliest_expiry_ns;                   // lower bound of every lease expiry; INT64_MAX: none
   std::atomic<std::uint32_t> idle_waiters;  // wait_idle() callers (hint for waking)
-  std::atomic<std::uint64_t> next_fence;    // the next fencing token (with `fencing`)
+  // The next fencing token (with `fencing`); starts at created_realtime_ns.
+  std::atomic<std::uint64_t> next_fence;
 };
 
 /// One process that has used the semaphore (claimed lazily, at its first

@@ -69,7 +69,11 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   h->ewma.store(ewma_word(0.0f, 0));
   h->next_permit_id = 1;
   h->next_ticket = 1;
-  h->next_fence = 1;
+  // Tokens go on from the wall clock, not from 1: a fencing semaphore
+  // removed while idle (gc) and created again must not hand out a token a
+  // resource has already seen. One grant takes far longer than the
+  // nanosecond a token counts, so the tokens never run ahead of the clock.
+  h->next_fence = static_cast<std::uint64_t>(std::max<std::int64_t>(1, h->created_realtime_ns));
   h->fencing = fencing ? 1 : 0;
   h->fairness = fairness_code(fairness.value_or(Fairness::fifo));
   link_free_holders(h, holders(base), 0, kInitialHolders);

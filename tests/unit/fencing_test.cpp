@@ -1,6 +1,7 @@
 // Fencing tokens: every grant's Permit::fencing_token() exceeds every
 // earlier grant's, in one process and across processes. On shared memory
 // only with Options::fencing at creation (0 otherwise); on Redis always.
+// Tokens keep growing when an idle semaphore is removed and created again.
 // Runs on both backends (the redis.* entries).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -55,6 +56,22 @@ TEST(Fencing, SharedMemoryTokensAreZeroWithoutTheOption) {
   // The option applies when the segment is created, not to one that exists.
   auto again = Semaphore::open(k, 2, {.fencing = true});
   EXPECT_EQ(again.acquire().fencing_token(), 0u);
+}
+
+TEST(Fencing, TokensKeepGrowingWhenAnIdleSemaphoreIsRemovedAndCreatedAgain) {
+  unique_key k;
+  std::uint64_t last = 0;
+  {
+    auto s = Semaphore::open(k, 2, {.fencing = true});
+    for (int i = 0; i < 3; ++i) last = s.acquire().fencing_token();
+  }
+  // What `shmsem gc` does to a semaphore nobody uses; a resource still
+  // remembers `last`, the highest token it accepted.
+  ASSERT_TRUE(Semaphore::remove_if_unused(k));
+  auto again = Semaphore::open(k, 2, {.fencing = true});
+  const Permit p = again.acquire();
+  EXPECT_GT(p.fencing_token(), last) << "a new holder's token would be refused as stale";
+  EXPECT_EQ(p.fencing_token(), p.id());
 }
 
 struct fence_witness {
