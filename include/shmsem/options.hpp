@@ -65,7 +65,8 @@ struct Options {
   /// or by uid in decimal ("1001"). Without them, open() and attach() accept
   /// a segment only if its owner is this process's effective uid or root, or
   /// if this process is not root and the file is not writable by others (its
-  /// group was chosen by its owner). Anything else throws SegmentError
+  /// group was chosen by its owner), neither by its mode nor by a POSIX ACL
+  /// entry naming another user or group. Anything else throws SegmentError
   /// (errc::untrusted_owner): /dev/shm is writable by every user, so another
   /// user could have created the file first, with a capacity or contents of
   /// their choosing. A name that is no user of this host matches nothing.

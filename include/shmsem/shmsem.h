@@ -138,8 +138,9 @@ typedef struct {
  * /dev/shm is writable by every user, so another user could create the
  * file of a key first, with a capacity of their choosing. A segment is
  * accepted if its owner is this process's effective uid or root; or if
- * this process is not root and the file is not writable by others; or if
- * its owner is in o->trusted_owners. Otherwise SHMSEM_EUNTRUSTED, and
+ * this process is not root and the file is not writable by others (by its
+ * mode or by a POSIX ACL entry naming another user or group); or if its
+ * owner is in o->trusted_owners. Otherwise SHMSEM_EUNTRUSTED, and
  * shmsem_last_error() names the owner, the mode and the opt-in. */
 SHMSEM_API int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options* o,
                               shmsem_sem** out);
