@@ -1,5 +1,7 @@
 # The two commands of the README: `make demo` and `make test`.
-# Every target installs missing Debian packages first (scripts/deps.sh).
+# Every target installs the missing Debian packages it needs first
+# (scripts/deps.sh demo|bench|deb|test): `make demo` only what the demo's
+# build needs, `make test` every test tool.
 JOBS ?= 2
 BUILD ?= build
 CMAKE_FLAGS ?=
@@ -8,9 +10,13 @@ CMAKE_FLAGS ?=
 
 all: build
 
+DEPS ?= test
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh $(DEPS)
 
+# The library, the tools and the Python module; no tests or benchmarks
+# (SHMSEM_BUILD_TESTS and SHMSEM_BUILD_BENCH are off unless asked for).
+build demo: DEPS = demo
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j$(JOBS)
@@ -26,7 +32,9 @@ test: deps
 	scripts/test.sh
 
 # Only the normal build's suite, for the edit-compile-test loop.
-test-fast: build
+test-fast: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMSEM_BUILD_TESTS=ON $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j$(JOBS)
 	ctest --test-dir $(BUILD) -j$(JOBS) --output-on-failure
 
 format:
@@ -35,12 +43,14 @@ format:
 format-check:
 	scripts/format.sh check
 
+bench: DEPS = bench
 bench: deps
 	bench/run.sh
 
 chaos: deps
 	tests/chaos/run-long.sh
 
+deb package-test: DEPS = deb
 deb: deps
 	packaging/build-deb.sh
 

@@ -1,31 +1,59 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages shmsem needs to build, test and package.
+# Installs the Debian 12 packages a Makefile target needs, and no more:
+#   scripts/deps.sh demo    build the library, the tools and the Python module,
+#                           run the demo (`make demo`, `make build`)
+#   scripts/deps.sh bench   demo + the benchmarks' peers (`make bench`)
+#   scripts/deps.sh deb     demo + the Debian packaging and the suite the
+#                           package build runs (`make deb`)
+#   scripts/deps.sh test    everything `make test` runs: the suite, sanitizers,
+#                           static checks, fuzzers, the package tests (default)
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
-pkgs=(
+set_name=${1:-test}
+
+# Configuring the default build (library, tools, Python module) needs these.
+demo=(
   g++ cmake make pkg-config
-  libboost-dev libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-dev libspdlog-dev libfmt-dev libhiredis-dev
   libcli11-dev nlohmann-json3-dev libncurses-dev
-  libhiredis-dev redis-server redis-tools
-  clang-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy cppcheck
-  tmux util-linux procps man-db strace
-  debhelper dpkg-dev fakeroot lintian
-  prometheus
-  python3-dev pybind11-dev python3-pytest gunicorn dh-python
+  python3-dev pybind11-dev
 )
+# The test suite: GoogleTest, the real redis-server, tmux for semtop's
+# screen, strace, promtool, man, pytest and gunicorn.
+suite=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  redis-server redis-tools
+  tmux util-linux procps man-db strace
+  prometheus
+  python3-pytest gunicorn
+)
+packaging=(debhelper dpkg-dev fakeroot lintian dh-python)
+# Static checks and fuzzers.
+checks=(clang-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy cppcheck)
+
+case $set_name in
+  demo) pkgs=("${demo[@]}") ;;
+  bench) pkgs=("${demo[@]}" libbenchmark-dev redis-server util-linux) ;;
+  deb) pkgs=("${demo[@]}" "${suite[@]}" "${packaging[@]}") ;;
+  test) pkgs=("${demo[@]}" "${suite[@]}" "${packaging[@]}" "${checks[@]}") ;;
+  *)
+    echo "usage: scripts/deps.sh demo|bench|deb|test" >&2
+    exit 2
+    ;;
+esac
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then
-  echo "deps: installing ${missing[*]}"
+  echo "deps ($set_name): installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
-  echo "deps: missing Debian packages. Run as root:" >&2
+  echo "deps ($set_name): missing Debian packages. Run as root:" >&2
   echo "  sudo apt-get install -y ${missing[*]}" >&2
   exit 1
 fi

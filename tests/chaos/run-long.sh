@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${CHAOS_BUILD:-build-chaos-long}
 JOBS=${JOBS:-2}
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMSEM_TEST_DIRS=chaos \
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMSEM_BUILD_TESTS=ON -DSHMSEM_TEST_DIRS=chaos \
   -DSHMSEM_BUILD_TOOLS=OFF -DSHMSEM_BUILD_BENCH=OFF -DSHMSEM_BUILD_EXAMPLES=OFF \
   -DSHMSEM_INSTALL=OFF >/dev/null
 cmake --build "$BUILD" -j"$JOBS" --target shmsem-chaos
