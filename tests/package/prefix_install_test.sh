@@ -4,14 +4,17 @@
 # only, the way fmt's find-package-test does: one with find_package(shmsem),
 # a C++ and a C one with pkg-config, and (when the build has the Python
 # package) the Python consumer with the prefix's package. Each runs a
-# semaphore across two processes.
+# semaphore across two processes. When the build has the tools, the
+# installed semtop and shmsem must start from the prefix as they are: no
+# LD_LIBRARY_PATH, no ldconfig (their RUNPATH finds the prefix's library).
 #
-# usage: prefix_install_test.sh BUILD_DIR WORK_DIR
+# usage: prefix_install_test.sh BUILD_DIR WORK_DIR [tools]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$1
 work=$2
+with_tools=${3:-}
 cmake=${CMAKE_COMMAND:-cmake}
 jobs=${JOBS:-2}
 die() {
@@ -47,6 +50,25 @@ cmp -s "$root/LICENSE" "$prefix/share/doc/shmsem/LICENSE" || die "no copy of LIC
 libdir=$(dirname "$(find "$prefix" -name 'libshmsem.so.0')")
 [ -L "$libdir/libshmsem.so" ] || die "no libshmsem.so link in $libdir"
 
+# The installed tools start from the prefix alone, and load its library.
+if [ "$with_tools" = tools ]; then
+  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/shmsem" --version 2>&1) || die "the installed shmsem does not start: $out"
+  echo "$out"
+  [[ "$out" == "shmsem "[0-9]* ]] || die "the installed shmsem --version printed '$out'"
+  out=$(env -u LD_LIBRARY_PATH "$prefix/bin/semtop" --help 2>&1) || die "the installed semtop does not start: $out"
+  [[ "$out" == *--once* ]] || die "the installed semtop --help printed '$out'"
+  # Relative, so that the prefix can move; and this prefix's library, not
+  # one that happens to be installed elsewhere.
+  for t in shmsem semtop; do
+    runpath=$(readelf -d "$prefix/bin/$t" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+    [ "$runpath" = "\$ORIGIN/$(realpath --relative-to="$prefix/bin" "$libdir")" ] ||
+      die "$prefix/bin/$t has RUNPATH '$runpath', not \$ORIGIN/<bin to lib>"
+    loaded=$(env -u LD_LIBRARY_PATH ldd "$prefix/bin/$t" | awk '$1 == "libshmsem.so.0" {print $3}')
+    [ -n "$loaded" ] && [ "$(readlink -f "$loaded")" = "$(readlink -f "$libdir/libshmsem.so.0")" ] ||
+      die "$prefix/bin/$t loads libshmsem.so.0 from '$loaded', not from $libdir"
+  done
+fi
+
 # find_package consumer: must find this prefix and load this prefix's library.
 "$cmake" -S "$here/find_package" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" >"$work/cmake.log" ||
   { cat "$work/cmake.log"; die "the find_package consumer does not configure"; }
@@ -68,6 +90,12 @@ PKG_CONFIG_PATH=$(dirname "$pc")
 [ "$(pkg-config --variable=libdir shmsem)" = "$libdir" ] ||
   die "shmsem.pc says libdir=$(pkg-config --variable=libdir shmsem), not $libdir"
 echo "pkg-config --cflags --libs shmsem: $(pkg-config --cflags --libs shmsem)"
+# docs/install.md quotes what shmsem.pc gives under /usr: it must stay true.
+DESTDIR="$work/usr-root" "$cmake" --install "$build" --prefix /usr --component shmsem_development >/dev/null
+usr_flags=$(PKG_CONFIG_PATH=$(dirname "$(find "$work/usr-root" -name shmsem.pc)") pkg-config --cflags --libs shmsem)
+usr_flags=$(echo $usr_flags)  # one space between words, none at the end
+tr '\n' ' ' <"$root/docs/install.md" | tr -s ' ' | grep -qF "\`$usr_flags\`" ||
+  die "docs/install.md does not quote what pkg-config prints under /usr: \`$usr_flags\`"
 mkdir -p "$work/pc"
 make -s -C "$here/pkg_config" O="$work/pc" LDFLAGS="-Wl,-rpath,$libdir" || die "the pkg-config consumer does not build"
 ldd "$work/pc/two_process" | grep "libshmsem.so.0 => $libdir/libshmsem.so.0" >/dev/null ||
