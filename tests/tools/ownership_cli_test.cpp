@@ -5,7 +5,8 @@
 // owner and mark one this user would refuse, without writing to it; admin
 // commands act on another user's segment only as root; rm refuses a
 // semaphore in use and names its users, and --force splits it with a
-// warning that the attached processes repeat once.
+// warning that the attached processes repeat once. The runs as other users
+// must work from a build tree those users cannot enter.
 #include "seat_holder.hpp"
 #include "test_support.hpp"
 #include "tool_runner.hpp"
@@ -19,9 +20,12 @@
 #include <nlohmann/json.hpp>
 #include <shmsem/logging.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <stdexcept>
+#include <system_error>
 
 namespace {
 
@@ -35,11 +39,59 @@ using shmsem::test::seat_holder;
 using shmsem::test::tool_result;
 using shmsem::test::unique_key;
 
+// The tool as another user runs from a copy, with a copy of the library
+// beside it: the build tree may sit in a directory other users cannot
+// enter (a clone under a home directory of mode 0700, a `mktemp -d`), and
+// then that user could not even load libshmsem.so.0 from it. The copies go
+// to a fresh mode-0755 directory under /tmp (not $TMPDIR, which may be
+// private too).
+class tool_for_other_users {
+ public:
+  tool_for_other_users() {
+    namespace fs = std::filesystem;
+    std::string tmpl = "/tmp/shmsem-other-user-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp " + tmpl + " failed");
+    dir_ = tmpl;
+    fs::permissions(dir_, fs::perms(0755));
+    fs::copy_file(SHMSEM_BIN, dir_ / "shmsem");
+    fs::permissions(dir_ / "shmsem", fs::perms(0755));
+    fs::copy_file(SHMSEM_LIB, dir_ / SHMSEM_LIB_NAME);
+    fs::permissions(dir_ / SHMSEM_LIB_NAME, fs::perms(0644));
+    // Every folder above must let others through; say which one does not.
+    for (fs::path p = dir_; p != p.root_path(); p = p.parent_path())
+      if ((fs::status(p).permissions() & fs::perms::others_exec) == fs::perms::none)
+        throw std::runtime_error(p.string() + " is not traversable by other users (mode o+x), so " +
+                                 "they cannot run the copy of shmsem in " + dir_.string());
+  }
+  ~tool_for_other_users() {
+    if (::getpid() != owner_) return;  // a forked child leaves it to its parent
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  tool_for_other_users(const tool_for_other_users&) = delete;
+  tool_for_other_users& operator=(const tool_for_other_users&) = delete;
+
+  // argv that runs the copy: the library beside it comes first in the search.
+  std::vector<std::string> argv() const {
+    return {"env", "LD_LIBRARY_PATH=" + dir_.string(), (dir_ / "shmsem").string()};
+  }
+
+ private:
+  std::filesystem::path dir_;
+  pid_t owner_ = ::getpid();
+};
+
 // The shmsem CLI as `uid` (its own group, no others), or as root.
 tool_result shmsem_as(const std::string& uid, std::vector<std::string> args) {
   std::vector<std::string> argv;
-  if (!uid.empty()) argv = {"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups"};
-  argv.push_back(SHMSEM_BIN);
+  if (uid.empty()) {
+    argv.push_back(SHMSEM_BIN);
+  } else {
+    static const tool_for_other_users copy;
+    argv = {"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups"};
+    const auto run = copy.argv();
+    argv.insert(argv.end(), run.begin(), run.end());
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   return run_tool(argv);
 }
