@@ -12,8 +12,10 @@
 #include <spdlog/sinks/base_sink.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -25,21 +27,103 @@
 #include <string>
 #include <utility>
 
+// Every handle starts with a word that says what it is while it lives.
+// Freeing a handle (shmsem_release, shmsem_close, shmsem_cancel_token_free)
+// destroys what it holds and sets the word to kFreed; the handle's own few
+// bytes then wait in a per-thread quarantine before they go back to the
+// allocator. Until then a second free, or a use after it, finds kFreed and
+// fails with SHMSEM_EINVAL instead of touching memory that a later handle
+// may reuse. After that it is undefined, as with free(3).
+namespace {
+constexpr std::uint32_t kFreed = 0x46524545;  // "FREE"
+}  // namespace
+
 struct shmsem_sem {
-  shmsem::Semaphore sem;
+  static constexpr std::uint32_t kLive = 0x53454d31;  // "SEM1"
+  static constexpr const char* kWhat = "shmsem_sem";
+  static constexpr const char* kFreedBy = "closed";
+  explicit shmsem_sem(shmsem::Semaphore s) : sem(std::move(s)) {}
+  std::uint32_t magic = kLive;
+  std::optional<shmsem::Semaphore> sem;
 };
 
 struct shmsem_permit {
-  shmsem::Permit permit;
+  static constexpr std::uint32_t kLive = 0x50524d31;  // "PRM1"
+  static constexpr const char* kWhat = "shmsem_permit";
+  static constexpr const char* kFreedBy = "released";
+  explicit shmsem_permit(shmsem::Permit p) : permit(std::move(p)) {}
+  std::uint32_t magic = kLive;
+  std::optional<shmsem::Permit> permit;
 };
 
 struct shmsem_cancel_token {
-  std::stop_source source;
+  static constexpr std::uint32_t kLive = 0x544b4e31;  // "TKN1"
+  static constexpr const char* kWhat = "shmsem_cancel_token";
+  static constexpr const char* kFreedBy = "freed";
+  std::uint32_t magic = kLive;
+  std::optional<std::stop_source> source{std::in_place};
 };
 
 namespace {
 
 using std::chrono::milliseconds;
+
+template <class Handle>
+bool live(const Handle* h) noexcept {
+  return h && h->magic == Handle::kLive;
+}
+
+// Freed handles of this thread, oldest first out. On the heap: the
+// library's static TLS must stay small (tests/c/static_tls.sh). A handle
+// freed while the thread is exiting, after the quarantine is gone, is
+// deleted at once.
+class quarantine {
+ public:
+  quarantine() = default;
+  quarantine(const quarantine&) = delete;
+  quarantine& operator=(const quarantine&) = delete;
+  ~quarantine() {
+    gone = true;
+    for (entry& e : ring_)
+      if (e.handle) e.destroy(e.handle);
+  }
+  template <class Handle>
+  void add(Handle* h) noexcept {
+    entry& e = ring_[next_];
+    if (e.handle) e.destroy(e.handle);
+    e = {h, [](void* p) { delete static_cast<Handle*>(p); }};
+    next_ = (next_ + 1) % ring_.size();
+  }
+  static thread_local bool gone;
+
+ private:
+  struct entry {
+    void* handle = nullptr;
+    void (*destroy)(void*) = nullptr;
+  };
+  // 64 handles of a few dozen bytes each: a second free within the
+  // thread's next 64 frees is always caught.
+  std::array<entry, 64> ring_{};
+  std::size_t next_ = 0;
+};
+thread_local bool quarantine::gone = false;
+thread_local std::unique_ptr<quarantine> freed_handles;
+
+// Marks h freed (what it held is already destroyed) and quarantines it.
+template <class Handle>
+void retire(Handle* h) noexcept {
+  h->magic = kFreed;
+  if (!quarantine::gone && !freed_handles) {
+    try {
+      freed_handles = std::make_unique<quarantine>();
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  if (quarantine::gone || !freed_handles)
+    delete h;
+  else
+    freed_handles->add(h);
+}
 
 // The last failure's message, per thread (shmsem_last_error).
 thread_local std::string last_error;
@@ -109,6 +193,33 @@ int null_argument(const char* function, const char* name) {
   return fail(SHMSEM_EINVAL, std::string("shmsem: ") + function + "(): " + name + " is NULL");
 }
 
+// The SHMSEM_EINVAL of a handle argument that is not live: NULL, freed
+// already, or not a handle of this kind.
+template <class Handle>
+int bad_handle(const char* function, const char* name, const Handle* h) {
+  if (!h) return null_argument(function, name);
+  const std::string head = std::string("shmsem: ") + function + "(): " + name;
+  if (h->magic == kFreed)
+    return fail(SHMSEM_EINVAL, head + " was " + Handle::kFreedBy + " already: a " + Handle::kWhat +
+                                   " may not be used after it is " + Handle::kFreedBy);
+  return fail(SHMSEM_EINVAL,
+              head + " is not a " + Handle::kWhat + " (freed long ago, or never one)");
+}
+
+// Ends a handle whose end returns nothing (close, free): NULL is a no-op;
+// one freed already only leaves its message for shmsem_last_error().
+template <class Handle, class Held>
+void free_handle(Handle* h, std::optional<Held> Handle::*held, const char* function,
+                 const char* name) {
+  if (!h) return;
+  if (!live(h)) {
+    bad_handle(function, name, h);
+    return;
+  }
+  (h->*held).reset();
+  retire(h);
+}
+
 std::string key_of(const char* key) {
   return std::string("'") + key + "'";
 }
@@ -149,7 +260,7 @@ constexpr std::size_t kAcquireOptionsV1 = sizeof(shmsem_acquire_options);
 int acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token* cancel,
             shmsem_permit** out, const char* function) {
   if (out) *out = nullptr;
-  if (!s) return null_argument(function, "s");
+  if (!live(s)) return bad_handle(function, "s", s);
   if (!out) return null_argument(function, "out");
   shmsem::AcquireOptions ao;
   int n = 1;
@@ -158,7 +269,7 @@ int acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token*
     if (!read_options(o, v, kAcquireOptionsV1, function)) return SHMSEM_EINVAL;
     if (v.n < 1 || v.n > static_cast<std::uint32_t>(shmsem::kMaxCapacity))
       return fail(SHMSEM_EINVAL, std::string("shmsem: ") + function + "() of " +
-                                     key_of(s->sem.key().data()) + ": n must be 1.." +
+                                     key_of(s->sem->key().data()) + ": n must be 1.." +
                                      std::to_string(shmsem::kMaxCapacity) + ", got " +
                                      std::to_string(v.n));
     n = static_cast<int>(v.n);
@@ -166,22 +277,22 @@ int acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token*
     if (v.ttl_ms != SHMSEM_TTL_DEFAULT) {
       if (v.ttl_ms < 0)
         return fail(SHMSEM_EINVAL, std::string("shmsem: ") + function + "() of " +
-                                       key_of(s->sem.key().data()) + ": negative ttl_ms " +
+                                       key_of(s->sem->key().data()) + ": negative ttl_ms " +
                                        std::to_string(v.ttl_ms));
       ao.ttl = milliseconds(v.ttl_ms);
     }
     if (v.auto_renew != SHMSEM_RENEW_DEFAULT) ao.auto_renew = v.auto_renew != 0;
   }
   if (cancel) {
-    if (cancel->source.stop_requested())
+    if (!live(cancel)) return bad_handle(function, "cancel", cancel);
+    if (cancel->source->stop_requested())
       return fail(SHMSEM_ECANCELED, std::string("shmsem: cannot acquire ") + std::to_string(n) +
-                                        " seat(s) of " + key_of(s->sem.key().data()) +
+                                        " seat(s) of " + key_of(s->sem->key().data()) +
                                         ": cancelled before the call");
-    ao.stop = cancel->source.get_token();
+    ao.stop = cancel->source->get_token();
   }
   return guarded([&] {
-    auto p = std::make_unique<shmsem_permit>(shmsem_permit{s->sem.acquire(n, ao)});
-    *out = p.release();
+    *out = new shmsem_permit(s->sem->acquire(n, ao));
     return SHMSEM_OK;
   });
 }
@@ -305,17 +416,15 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
     if (v.trusted_owners)
       for (const char* const* owner = v.trusted_owners; *owner; ++owner)
         options.trusted_owners.emplace_back(*owner);
-    auto s = std::make_unique<shmsem_sem>(
-        shmsem_sem{(v.flags & SHMSEM_OPEN_NOCREATE)
-                       ? shmsem::Semaphore::attach(key, options)
-                       : shmsem::Semaphore::open(key, static_cast<int>(permits), options)});
-    *out = s.release();
+    *out = new shmsem_sem((v.flags & SHMSEM_OPEN_NOCREATE)
+                              ? shmsem::Semaphore::attach(key, options)
+                              : shmsem::Semaphore::open(key, static_cast<int>(permits), options));
     return SHMSEM_OK;
   });
 }
 
 void shmsem_close(shmsem_sem* s) {
-  delete s;
+  free_handle(s, &shmsem_sem::sem, "shmsem_close", "s");
 }
 
 int shmsem_remove(const char* key) {
@@ -330,7 +439,7 @@ int shmsem_remove_if_unused(const char* key) {
 
 const char* shmsem_key(const shmsem_sem* s) {
   // The key is a std::string inside the attachment: NUL-terminated.
-  return s ? s->sem.key().data() : nullptr;
+  return live(s) ? s->sem->key().data() : nullptr;
 }
 
 int shmsem_acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_permit** out) {
@@ -344,7 +453,7 @@ int shmsem_acquire_cancellable(shmsem_sem* s, const shmsem_acquire_options* o,
 
 int shmsem_try_acquire(shmsem_sem* s, uint32_t n, shmsem_permit** out) {
   if (out) *out = nullptr;
-  if (!s) return null_argument("shmsem_try_acquire", "s");
+  if (!live(s)) return bad_handle("shmsem_try_acquire", "s", s);
   if (!out) return null_argument("shmsem_try_acquire", "out");
   if (n < 1)
     return fail(SHMSEM_EINVAL, "shmsem: shmsem_try_acquire() of " + key_of(shmsem_key(s)) +
@@ -352,16 +461,16 @@ int shmsem_try_acquire(shmsem_sem* s, uint32_t n, shmsem_permit** out) {
   if (n > static_cast<std::uint32_t>(shmsem::kMaxCapacity))
     n = static_cast<std::uint32_t>(shmsem::kMaxCapacity) + 1;  // never fits: unavailable
   return guarded([&] {
-    std::optional<shmsem::Permit> p = s->sem.try_acquire(static_cast<int>(n));
+    std::optional<shmsem::Permit> p = s->sem->try_acquire(static_cast<int>(n));
     if (!p) {
       const std::string seats = std::to_string(n) + (n == 1 ? " seat" : " seats");
       return fail(SHMSEM_EUNAVAILABLE, "shmsem: try_acquire of " + seats + " of " +
                                            key_of(shmsem_key(s)) + ": not free now (capacity " +
-                                           std::to_string(s->sem.capacity()) + ", used " +
-                                           std::to_string(s->sem.used()) + ", waiting " +
-                                           std::to_string(s->sem.waiters()) + ")");
+                                           std::to_string(s->sem->capacity()) + ", used " +
+                                           std::to_string(s->sem->used()) + ", waiting " +
+                                           std::to_string(s->sem->waiters()) + ")");
     }
-    *out = new shmsem_permit{std::move(*p)};
+    *out = new shmsem_permit(std::move(*p));
     return SHMSEM_OK;
   });
 }
@@ -376,97 +485,99 @@ int shmsem_cancel_token_new(shmsem_cancel_token** out) {
 }
 
 void shmsem_cancel_token_free(shmsem_cancel_token* t) {
-  delete t;
+  free_handle(t, &shmsem_cancel_token::source, "shmsem_cancel_token_free", "t");
 }
 
 int shmsem_cancel(shmsem_cancel_token* t) {
-  if (!t) return null_argument("shmsem_cancel", "t");
-  t->source.request_stop();
+  if (!live(t)) return bad_handle("shmsem_cancel", "t", t);
+  t->source->request_stop();
   return SHMSEM_OK;
 }
 
 int shmsem_cancel_token_reset(shmsem_cancel_token* t) {
-  if (!t) return null_argument("shmsem_cancel_token_reset", "t");
+  if (!live(t)) return bad_handle("shmsem_cancel_token_reset", "t", t);
   return guarded([&] {
-    t->source = std::stop_source();
+    t->source.emplace();
     return SHMSEM_OK;
   });
 }
 
 int shmsem_cancel_token_cancelled(const shmsem_cancel_token* t) {
-  if (!t) return null_argument("shmsem_cancel_token_cancelled", "t");
-  return t->source.stop_requested() ? 1 : 0;
+  if (!live(t)) return bad_handle("shmsem_cancel_token_cancelled", "t", t);
+  return t->source->stop_requested() ? 1 : 0;
 }
 
 int shmsem_release(shmsem_permit* p) {
-  if (!p) return null_argument("shmsem_release", "p");
-  std::unique_ptr<shmsem_permit> owned(p);
-  return guarded([&] {
-    owned->permit.release();
+  if (!live(p)) return bad_handle("shmsem_release", "p", p);
+  const int rc = guarded([&] {
+    p->permit->release();
     return SHMSEM_OK;
   });
+  p->permit.reset();  // always freed, even when the seats were lost
+  retire(p);
+  return rc;
 }
 
 int shmsem_extend(shmsem_permit* p, int64_t ttl_ms) {
-  if (!p) return null_argument("shmsem_extend", "p");
+  if (!live(p)) return bad_handle("shmsem_extend", "p", p);
   return guarded([&] {
-    p->permit.extend(milliseconds(ttl_ms));
+    p->permit->extend(milliseconds(ttl_ms));
     return SHMSEM_OK;
   });
 }
 
 int shmsem_is_held(const shmsem_permit* p) {
-  if (!p) return null_argument("shmsem_is_held", "p");
-  return p->permit.is_held() ? 1 : 0;
+  if (!live(p)) return bad_handle("shmsem_is_held", "p", p);
+  return p->permit->is_held() ? 1 : 0;
 }
 
 uint64_t shmsem_permit_id(const shmsem_permit* p) {
-  return p ? p->permit.id() : 0;
+  return live(p) ? p->permit->id() : 0;
 }
 
 int shmsem_permit_weight(const shmsem_permit* p) {
-  if (!p) return null_argument("shmsem_permit_weight", "p");
-  return p->permit.weight();
+  if (!live(p)) return bad_handle("shmsem_permit_weight", "p", p);
+  return p->permit->weight();
 }
 
 uint64_t shmsem_permit_fencing_token(const shmsem_permit* p) {
-  return p ? p->permit.fencing_token() : 0;
+  return live(p) ? p->permit->fencing_token() : 0;
 }
 
 int64_t shmsem_capacity(const shmsem_sem* s) {
-  if (!s) return null_argument("shmsem_capacity", "s");
-  return s->sem.capacity();
+  if (!live(s)) return bad_handle("shmsem_capacity", "s", s);
+  return s->sem->capacity();
 }
 
 int64_t shmsem_used(const shmsem_sem* s) {
-  if (!s) return null_argument("shmsem_used", "s");
-  return s->sem.used();
+  if (!live(s)) return bad_handle("shmsem_used", "s", s);
+  return s->sem->used();
 }
 
 int64_t shmsem_available(const shmsem_sem* s) {
-  if (!s) return null_argument("shmsem_available", "s");
-  return s->sem.available();
+  if (!live(s)) return bad_handle("shmsem_available", "s", s);
+  return s->sem->available();
 }
 
 int64_t shmsem_waiters(const shmsem_sem* s) {
-  if (!s) return null_argument("shmsem_waiters", "s");
-  return s->sem.waiters();
+  if (!live(s)) return bad_handle("shmsem_waiters", "s", s);
+  return s->sem->waiters();
 }
 
 int shmsem_is_barging(const shmsem_sem* s) {
-  if (!s) return null_argument("shmsem_is_barging", "s");
-  return s->sem.fairness() == shmsem::Fairness::barging ? 1 : 0;
+  if (!live(s)) return bad_handle("shmsem_is_barging", "s", s);
+  return s->sem->fairness() == shmsem::Fairness::barging ? 1 : 0;
 }
 
 int shmsem_get_stats(const shmsem_sem* s, shmsem_stats* out) {
-  if (!s) return null_argument("shmsem_get_stats", "s");
+  if (!live(s)) return bad_handle("shmsem_get_stats", "s", s);
   if (!out) return null_argument("shmsem_get_stats", "out");
   const std::size_t want = out->size;
   if (want < offsetof(shmsem_stats, acquired))
     return fail(SHMSEM_EINVAL, "shmsem: shmsem_get_stats(): out->size " + std::to_string(want) +
                                    " is too small (set it to sizeof(shmsem_stats))");
   return guarded([&] {
-    const shmsem::Stats st = s->sem.stats();
+    const shmsem::Stats st = s->sem->stats();
     shmsem_stats v{};
     v.acquired = st.acquired;
     v.released = st.released;
@@ -490,13 +601,13 @@ int shmsem_get_stats(const shmsem_sem* s, shmsem_stats* out) {
 }
 
 int shmsem_holders(const shmsem_sem* s, shmsem_holder* out, size_t max, size_t elem_size) {
-  if (!s) return null_argument("shmsem_holders", "s");
+  if (!live(s)) return bad_handle("shmsem_holders", "s", s);
   if (max > 0 && !out) return null_argument("shmsem_holders", "out");
   if (max > 0 && elem_size < offsetof(shmsem_holder, state))
     return fail(SHMSEM_EINVAL, "shmsem: shmsem_holders(): elem_size " + std::to_string(elem_size) +
                                    " is too small (pass sizeof(shmsem_holder))");
   return guarded([&] {
-    const auto all = s->sem.holders();
+    const auto all = s->sem->holders();
     auto ns = [](std::chrono::steady_clock::time_point t) -> std::int64_t {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
     };
@@ -524,37 +635,37 @@ int shmsem_holders(const shmsem_sem* s, shmsem_holder* out, size_t max, size_t e
 }
 
 int shmsem_set_capacity(shmsem_sem* s, uint32_t permits) {
-  if (!s) return null_argument("shmsem_set_capacity", "s");
+  if (!live(s)) return bad_handle("shmsem_set_capacity", "s", s);
   if (permits > static_cast<std::uint32_t>(shmsem::kMaxCapacity))
     return fail(SHMSEM_EINVAL, "shmsem: set_capacity() of " + key_of(shmsem_key(s)) + " needs 1.." +
                                    std::to_string(shmsem::kMaxCapacity) + ", got " +
                                    std::to_string(permits));
   return guarded([&] {
-    s->sem.set_capacity(static_cast<int>(permits));
+    s->sem->set_capacity(static_cast<int>(permits));
     return SHMSEM_OK;
   });
 }
 
 int shmsem_force_release_all(shmsem_sem* s) {
-  if (!s) return null_argument("shmsem_force_release_all", "s");
-  return guarded([&] { return s->sem.force_release_all(); });
+  if (!live(s)) return bad_handle("shmsem_force_release_all", "s", s);
+  return guarded([&] { return s->sem->force_release_all(); });
 }
 
 int shmsem_reap(shmsem_sem* s) {
-  if (!s) return null_argument("shmsem_reap", "s");
-  return guarded([&] { return s->sem.reap(); });
+  if (!live(s)) return bad_handle("shmsem_reap", "s", s);
+  return guarded([&] { return s->sem->reap(); });
 }
 
 int shmsem_wait_idle(shmsem_sem* s, int64_t timeout_ms) {
-  if (!s) return null_argument("shmsem_wait_idle", "s");
+  if (!live(s)) return bad_handle("shmsem_wait_idle", "s", s);
   if (timeout_ms > shmsem::kMaxDuration.count()) timeout_ms = shmsem::kMaxDuration.count();
-  return guarded([&] { return s->sem.wait_idle(milliseconds(timeout_ms)) ? 1 : 0; });
+  return guarded([&] { return s->sem->wait_idle(milliseconds(timeout_ms)) ? 1 : 0; });
 }
 
 int shmsem_shutdown(shmsem_sem* s) {
-  if (!s) return null_argument("shmsem_shutdown", "s");
+  if (!live(s)) return bad_handle("shmsem_shutdown", "s", s);
   return guarded([&] {
-    s->sem.shutdown();
+    s->sem->shutdown();
     return SHMSEM_OK;
   });
 }

@@ -86,7 +86,9 @@ void Permit::stop_auto_renew() noexcept {
 
 void Permit::extend(std::chrono::milliseconds ttl) {
   if (ttl.count() < 1 || ttl > kMaxDuration)
-    throw std::invalid_argument("shmsem: extend() needs a TTL from 1 ms to kMaxDuration, got " +
+    throw std::invalid_argument("shmsem: extend() of '" + std::string(key()) +
+                                "' needs a TTL from 1 ms to " +
+                                std::to_string(kMaxDuration.count()) + " ms (about 11 days), got " +
                                 std::to_string(ttl.count()) + " ms");
   if (remote()) return detail::redis::extend(*this, ttl);
   if (!att_)

@@ -28,8 +28,19 @@
  *   - Thread safety: a shmsem_sem may be used from many threads at once. A
  *     shmsem_permit is used by one thread at a time (any thread).
  *   - If the process dies (even by SIGKILL) while it holds seats, the fleet
- *     reclaims them: waiters see them come back within about 20 ms (on
- *     Redis, within the session timeout and a third of it).
+ *     reclaims them: a blocked waiter hears of the death from the kernel and
+ *     gets the seat about half a millisecond after the kill at the median,
+ *     a few milliseconds on a loaded host (docs/performance.md, case 8).
+ *     Before Linux 5.16 or past 127 attached processes: within a 20 ms
+ *     reclaim tick. On Redis: within the session timeout and a third of it.
+ *   - Handles are freed once, as memory is with free(3): after
+ *     shmsem_release(p), shmsem_close(s) or shmsem_cancel_token_free(t)
+ *     the handle must not be passed to any function again. A second free
+ *     or a use after it is a bug. The library catches it in most cases (a
+ *     freed handle is marked, and its memory is not reused until 64 more
+ *     handles have been freed on the same thread): the call then does
+ *     nothing and returns SHMSEM_EINVAL, "p was released already". Past
+ *     that, as with free(3), the behaviour is undefined.
  *
  * Durations are milliseconds in int64_t. Times (shmsem_holder) are
  * nanoseconds on CLOCK_MONOTONIC.
@@ -58,7 +69,9 @@ extern "C" {
 #define SHMSEM_ETIMEDOUT (-1)    /* the wait budget ran out */
 #define SHMSEM_EUNAVAILABLE (-2) /* try_acquire: the seats are not free now */
 #define SHMSEM_ENOTHELD (-3)     /* release: the seats were lost first (TTL, reaped, forced) */
-#define SHMSEM_EINVAL (-4)       /* a bad argument: key, n, duration, NULL, option size */
+#define SHMSEM_EINVAL                                                         \
+  (-4) /* a bad argument: key, n, duration, NULL, a freed handle, option size \
+        */
 #define SHMSEM_ESEGMENT                                                                           \
   (-5) /* the segment cannot be used (access, corrupt, /dev/shm full), or Redis cannot be reached \
           or holds other data */
@@ -145,8 +158,9 @@ typedef struct {
 SHMSEM_API int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options* o,
                               shmsem_sem** out);
 
-/* Closes a handle. Permits it made stay valid and keep their seats until
- * released. NULL is a no-op. */
+/* Closes a handle and frees it: do not use `s` again (see "Handles are
+ * freed once" above). Permits it made stay valid and keep their seats
+ * until released. NULL is a no-op. */
 SHMSEM_API void shmsem_close(shmsem_sem* s);
 
 /* Removes the semaphore's name: processes that have it open keep their
@@ -203,7 +217,8 @@ SHMSEM_API int shmsem_try_acquire(shmsem_sem* s, uint32_t n, shmsem_permit** out
  * thread: the FFI host's signal-handling thread, an event loop. It is not
  * async-signal-safe: do not call shmsem_cancel inside a signal handler. */
 SHMSEM_API int shmsem_cancel_token_new(shmsem_cancel_token** out);
-/* NULL is a no-op. Not while an acquire still uses the token. */
+/* Frees the token: do not use `t` again. NULL is a no-op. Not while an
+ * acquire still uses the token. */
 SHMSEM_API void shmsem_cancel_token_free(shmsem_cancel_token* t);
 /* Ends the acquires that wait with this token (SHMSEM_ECANCELED) and makes
  * later ones fail at once, until shmsem_cancel_token_reset. A seat granted
@@ -216,10 +231,13 @@ SHMSEM_API int shmsem_cancel_token_cancelled(const shmsem_cancel_token* t);
 
 /* ---------------------------------------------------------------- permits */
 
-/* Frees the seats and wakes waiters, and always frees `p`. SHMSEM_ENOTHELD
- * if the seats were lost first (TTL ran out, reaped, force-released, or the
- * permit was inherited across fork: it belongs to the parent); the message
- * says why and since when. */
+/* Frees the seats and wakes waiters, and always frees `p`, whatever it
+ * returns: do not use `p` again, not even for a second release (see
+ * "Handles are freed once" above; a second release that is caught returns
+ * SHMSEM_EINVAL and frees nothing). SHMSEM_ENOTHELD if the seats were lost
+ * first (TTL ran out, reaped, force-released, or the permit was inherited
+ * across fork: it belongs to the parent); the message says why and since
+ * when. */
 SHMSEM_API int shmsem_release(shmsem_permit* p);
 
 /* Sets the lease's expiry to now + ttl_ms (1..1000000000). A permit without

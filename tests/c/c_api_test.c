@@ -196,6 +196,91 @@ static void permits_outlive_their_handle(void) {
   shmsem_remove(key("outlive"));
 }
 
+/* Runs a misuse test in a child process, so that a crash there (what such
+ * misuse did before the library caught it) fails this test, not the run. */
+static void in_child(void (*fn)(void)) {
+  fflush(NULL);
+  const pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    failures = 0;
+    fn();
+    _exit(failures == 0 ? 0 : 1);
+  }
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  if (WIFSIGNALED(status)) fprintf(stderr, "%s: killed by signal %d\n", current, WTERMSIG(status));
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void second_release(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("release2"), 2, &s), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_OK);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  CHECK_RC(shmsem_release(p), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "shmsem_release(): p was released already") != NULL);
+  CHECK_RC(shmsem_is_held(p), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_extend(p, 1000), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_permit_weight(p), SHMSEM_EINVAL);
+  CHECK(shmsem_permit_id(p) == 0 && shmsem_permit_fencing_token(p) == 0);
+  /* A permit taken since is another handle: the stale one cannot free its seat. */
+  shmsem_permit* q = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &q), SHMSEM_OK);
+  CHECK(q != p);
+  CHECK_RC(shmsem_release(p), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_used(s), 1);
+  CHECK_RC(shmsem_release(q), SHMSEM_OK);
+  /* A release that reports lost seats frees the permit all the same. */
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_OK);
+  CHECK_RC(shmsem_force_release_all(s), 1);
+  CHECK_RC(shmsem_release(p), SHMSEM_ENOTHELD);
+  CHECK_RC(shmsem_release(p), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_used(s), 0);
+  shmsem_close(s);
+  shmsem_remove(key("release2"));
+}
+
+static void second_release_is_refused_not_a_crash(void) {
+  in_child(second_release);
+}
+
+static void use_after_close(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("close2"), 1, &s), SHMSEM_OK);
+  shmsem_close(s);
+  shmsem_close(s);
+  CHECK(strstr(shmsem_last_error(), "shmsem_close(): s was closed already") != NULL);
+  CHECK_RC(shmsem_capacity(s), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "shmsem_capacity(): s was closed already") != NULL);
+  shmsem_permit* p = (shmsem_permit*)1;
+  CHECK_RC(shmsem_acquire(s, NULL, &p), SHMSEM_EINVAL);
+  CHECK(p == NULL);
+  CHECK_RC(shmsem_try_acquire(s, 1, &p), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_set_capacity(s, 2), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_reap(s), SHMSEM_EINVAL);
+  CHECK(shmsem_key(s) == NULL);
+
+  shmsem_cancel_token* t = NULL;
+  CHECK_RC(shmsem_cancel_token_new(&t), SHMSEM_OK);
+  shmsem_cancel_token_free(t);
+  shmsem_cancel_token_free(t);
+  CHECK(strstr(shmsem_last_error(), "t was freed already") != NULL);
+  CHECK_RC(shmsem_cancel(t), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_cancel_token_cancelled(t), SHMSEM_EINVAL);
+  CHECK_RC(shmsem_open(key("close2"), 1, &s), SHMSEM_OK);
+  CHECK_RC(shmsem_acquire_cancellable(s, NULL, t, &p), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "cancel was freed already") != NULL);
+  CHECK_RC(shmsem_used(s), 0);
+  shmsem_close(s);
+  shmsem_remove(key("close2"));
+}
+
+static void use_after_close_is_refused_not_a_crash(void) {
+  in_child(use_after_close);
+}
+
 static void ttl_extend_and_lost_seats(void) {
   shmsem_sem* s = NULL;
   CHECK_RC(shmsem_open(key("ttl"), 1, &s), SHMSEM_OK);
@@ -211,6 +296,10 @@ static void ttl_extend_and_lost_seats(void) {
   CHECK_RC(shmsem_holders(s, h, 4, 8), SHMSEM_EINVAL);
   CHECK_RC(shmsem_extend(p, 30), SHMSEM_OK); /* shortened: lapses in 30 ms */
   CHECK_RC(shmsem_extend(p, 0), SHMSEM_EINVAL);
+  /* In the caller's words: the range, not a name from the C++ headers. */
+  CHECK(strstr(shmsem_last_error(), "from 1 ms to 1000000000 ms") != NULL);
+  CHECK(strstr(shmsem_last_error(), key("ttl")) != NULL);
+  CHECK(strstr(shmsem_last_error(), "kMax") == NULL);
   const struct timespec nap = {0, 150 * 1000 * 1000};
   nanosleep(&nap, NULL); /* the lapse is the behaviour under test */
   CHECK_RC(shmsem_is_held(p), 0);
@@ -609,6 +698,8 @@ int main(int argc, char** argv) {
       {"last_error_of_another_thread_is_its_own", last_error_of_another_thread_is_its_own},
       {"acquire_try_acquire_and_figures", acquire_try_acquire_and_figures},
       {"permits_outlive_their_handle", permits_outlive_their_handle},
+      {"second_release_is_refused_not_a_crash", second_release_is_refused_not_a_crash},
+      {"use_after_close_is_refused_not_a_crash", use_after_close_is_refused_not_a_crash},
       {"ttl_extend_and_lost_seats", ttl_extend_and_lost_seats},
       {"open_options_default_ttl_and_nocreate", open_options_default_ttl_and_nocreate},
       {"force_release_all_reports_displaced_permits", force_release_all_reports_displaced_permits},
