@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -266,23 +267,70 @@ bool is_redis_key(std::string_view key) {
   return key.starts_with("redis://") || key.starts_with("redis+unix://");
 }
 
-struct permit_object {
+// A grant made through a Semaphore object. The object keeps it until it is
+// released, through its Permit or through Semaphore.release(): a Permit the
+// caller drops does not give the seats back, so `if sem.acquire(timeout=5):`
+// and a bare `sem.acquire()` hold them, as threading.Semaphore does. Once no
+// Semaphore object and no Permit refers to it, nothing can release it any
+// more: like an unclosed file, it is released with a ResourceWarning.
+struct lease {
   shmsem::Permit permit;
+  pid_t pid = ::getpid();  // after fork() the parent's leases stay the parent's
+  unsigned long thread = PyThread_get_thread_ident();  // release() prefers its own thread's
+
+  explicit lease(shmsem::Permit p) : permit(std::move(p)) {}
+  lease(const lease&) = delete;
+  lease& operator=(const lease&) = delete;
+  ~lease() {
+    if (!permit) return;
+    if (!python_alive.load() || !PyGILState_Check()) {
+      shmsem::Permit dying(std::move(permit));
+      return;
+    }
+    if (pid == ::getpid()) {
+      py::error_scope keep;  // a pending exception (a dealloc) stays as it was
+      const std::string key(permit.key());
+      if (PyErr_WarnFormat(PyExc_ResourceWarning, 1,
+                           "shmsem: %d seat(s) of '%s' (permit %llu) were never released, and "
+                           "neither their Permit nor their Semaphore remains; releasing them",
+                           permit.weight(), key.c_str(),
+                           static_cast<unsigned long long>(permit.id())) < 0)
+        PyErr_WriteUnraisable(nullptr);  // -W error::ResourceWarning, as for a file
+    }
+    // A seat lost meanwhile is logged by the library (delivered to logging).
+    without_gil([&] { shmsem::Permit dying(std::move(permit)); });
+  }
+};
+
+// The leases a Semaphore object keeps (guarded by the GIL). Shared with its
+// permits, so that a Permit's release() can take its lease out of it.
+struct kept_leases {
+  std::vector<std::shared_ptr<lease>> leases;
+
+  void forget(const lease* l) {
+    std::erase_if(leases, [&](const std::shared_ptr<lease>& x) { return x.get() == l; });
+  }
+};
+
+struct permit_object {
+  std::shared_ptr<lease> held;
+  std::weak_ptr<kept_leases> keeper;
+  shmsem::Permit& permit;  // held->permit
   bool remote = false;
 
-  explicit permit_object(shmsem::Permit p)
-      : permit(std::move(p)), remote(is_redis_key(permit.key())) {}
+  permit_object(std::shared_ptr<lease> l, std::weak_ptr<kept_leases> k)
+      : held(std::move(l)),
+        keeper(std::move(k)),
+        permit(held->permit),
+        remote(is_redis_key(permit.key())) {}
   permit_object(const permit_object&) = delete;
   permit_object& operator=(const permit_object&) = delete;
-  // Collected while held: the seats go back; a lost seat is logged (the
-  // library's warning, delivered to Python's logging).
-  ~permit_object() {
-    if (!permit) return;
-    if (python_alive.load() && PyGILState_Check()) {
-      without_gil([&] { shmsem::Permit dying(std::move(permit)); });
-    } else {
-      shmsem::Permit dying(std::move(permit));
-    }
+
+  // [GIL] The seats, taken out of this permit and out of its Semaphore
+  // object's keeping, to be released by the caller (without the GIL).
+  shmsem::Permit take() {
+    if (auto k = keeper.lock()) k->forget(held.get());
+    return std::move(permit);
   }
 };
 
@@ -366,9 +414,44 @@ class waiter_thread {
 struct semaphore_object {
   shmsem::Semaphore sem;
   bool remote = false;
+  // What pickling passes to the other process: (key, permits, options) for
+  // shmsem._reopen; permits is None for a handle from attach().
+  py::object reopen_args;
+  std::shared_ptr<kept_leases> kept = std::make_shared<kept_leases>();
 
-  explicit semaphore_object(shmsem::Semaphore s)
-      : sem(std::move(s)), remote(is_redis_key(sem.key())) {}
+  semaphore_object(shmsem::Semaphore s, py::object args)
+      : sem(std::move(s)), remote(is_redis_key(sem.key())), reopen_args(std::move(args)) {}
+
+  // [GIL] A Permit for `p`, whose seats this object keeps until released.
+  permit_object* keep(shmsem::Permit p) {
+    auto l = std::make_shared<lease>(std::move(p));
+    kept->leases.push_back(l);
+    return new permit_object(std::move(l), kept);
+  }
+
+  // [GIL] Semaphore.release(): gives back the most recent lease that this
+  // process took through this object, the calling thread's first.
+  void release_one() {
+    const pid_t me = ::getpid();
+    const unsigned long thread = PyThread_get_thread_ident();
+    auto& all = kept->leases;
+    auto pick = all.rend();
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if ((*it)->pid != me) continue;
+      if ((*it)->thread == thread) {
+        pick = it;
+        break;
+      }
+      if (pick == all.rend()) pick = it;
+    }
+    if (pick == all.rend())
+      throw py::value_error("shmsem: release() on '" + std::string(sem.key()) +
+                            "': this Semaphore object holds no seat taken by this process");
+    std::shared_ptr<lease> l = *pick;
+    all.erase(std::next(pick).base());
+    shmsem::Permit taken = std::move(l->permit);
+    without_gil([&] { taken.release(); });
+  }
 
   template <class F>
   auto figure(F&& f) const {
@@ -396,10 +479,13 @@ struct semaphore_object {
   // queue, this thread runs the signal handlers meanwhile. An exception
   // from a handler (KeyboardInterrupt) cancels the request; a seat granted
   // as the cancel lands goes back.
-  shmsem::Permit acquire_interruptibly(int n, shmsem::AcquireOptions o) {
+  shmsem::Permit acquire_interruptibly(int n, shmsem::AcquireOptions o, cancel_token* cancel) {
     auto job = std::make_shared<wait_job>();
     std::stop_source stop;
     o.stop = stop.get_token();
+    // The caller's token withdraws the request as Ctrl-C does, from any thread.
+    std::optional<std::stop_callback<std::function<void()>>> forward;
+    if (cancel) forward.emplace(cancel->source.get_token(), [&stop] { stop.request_stop(); });
     job->sem = &sem;
     job->n = n;
     job->options = std::move(o);
@@ -425,37 +511,34 @@ struct semaphore_object {
     return std::move(*job->permit);
   }
 
-  permit_object* acquire(int n, const py::object& timeout, const py::object& ttl, bool auto_renew) {
+  [[noreturn]] void throw_cancelled(int n) const {
+    throw shmsem::AcquisitionError(shmsem::Reason::cancelled,
+                                   "shmsem: cannot acquire " + std::to_string(n) + " seat(s) of '" +
+                                       std::string(sem.key()) + "': cancelled");
+  }
+
+  permit_object* acquire(int n, const py::object& timeout, const py::object& ttl, bool auto_renew,
+                         cancel_token* cancel) {
     check_n(n);
     shmsem::AcquireOptions o = acquire_options(timeout, ttl, auto_renew);
+    if (cancel && cancel->source.stop_requested()) throw_cancelled(n);
     if (in_main_thread()) {
-      if (auto p = acquire_now(n, o)) return new permit_object(std::move(*p));
+      if (auto p = acquire_now(n, o)) return keep(std::move(*p));
       if (o.wait_timeout && o.wait_timeout->count() == 0)
-        return new permit_object(without_gil([&] { return sem.acquire(n, o); }));
-      return new permit_object(acquire_interruptibly(n, o));
+        return keep(without_gil([&] { return sem.acquire(n, o); }));
+      return keep(acquire_interruptibly(n, std::move(o), cancel));
     }
     // Python runs signal handlers in the main thread only: another thread
     // simply blocks (without the GIL), as threading.Lock.acquire() does.
-    return new permit_object(without_gil([&] { return sem.acquire(n, o); }));
-  }
-
-  permit_object* acquire_cancellable(int n, const py::object& timeout, const py::object& ttl,
-                                     bool auto_renew, cancel_token& token) {
-    check_n(n);
-    shmsem::AcquireOptions o = acquire_options(timeout, ttl, auto_renew);
-    if (token.source.stop_requested())
-      throw shmsem::AcquisitionError(shmsem::Reason::cancelled,
-                                     "shmsem: cannot acquire " + std::to_string(n) +
-                                         " seat(s) of '" + std::string(sem.key()) + "': cancelled");
-    o.stop = token.source.get_token();
-    return new permit_object(without_gil([&] { return sem.acquire(n, o); }));
+    if (cancel) o.stop = cancel->source.get_token();
+    return keep(without_gil([&] { return sem.acquire(n, o); }));
   }
 
   py::object try_now(int n, const py::object& ttl, bool auto_renew) {
     check_n(n);
     auto p = acquire_now(n, acquire_options(py::none(), ttl, auto_renew));
     if (!p) return py::none();
-    return py::cast(new permit_object(std::move(*p)), py::return_value_policy::take_ownership);
+    return py::cast(keep(std::move(*p)), py::return_value_policy::take_ownership);
   }
 
   py::object try_acquire(int n, const py::object& ttl, bool auto_renew) {
@@ -463,7 +546,7 @@ struct semaphore_object {
     shmsem::AcquireOptions o = acquire_options(py::none(), ttl, auto_renew);
     auto p = without_gil([&] { return sem.try_acquire(n, o); });
     if (!p) return py::none();
-    return py::cast(new permit_object(std::move(*p)), py::return_value_policy::take_ownership);
+    return py::cast(keep(std::move(*p)), py::return_value_policy::take_ownership);
   }
 };
 
@@ -493,13 +576,19 @@ std::string permit_repr(const permit_object& p) {
          ">";
 }
 
+// The work already ran; raising at the end of a `with` block would also
+// hide the block's own exception. The loss is logged, as C++ with_permit()
+// does.
+void log_lost_after_work(const shmsem::PermitNotHeldError& e) {
+  emit(log_line{30, std::string(e.what()) + " (the work had already run)"});
+}
+
 void release_on_exit(permit_object& p) {
+  shmsem::Permit taken = p.take();
   try {
-    without_gil([&] { p.permit.release(); });
+    without_gil([&] { taken.release(); });
   } catch (const shmsem::PermitNotHeldError& e) {
-    // The work already ran; raising here would also hide the block's own
-    // exception. The loss is logged, as C++ with_permit() does.
-    emit(log_line{30, std::string(e.what()) + " (the work had already run)"});
+    log_lost_after_work(e);
   }
 }
 
@@ -545,16 +634,23 @@ PYBIND11_MODULE(_shmsem, m) {
   py::class_<permit_object>(m, "Permit", R"doc(
 A lease on `weight` seats of one semaphore, returned by Semaphore.acquire().
 
-It holds the seats until release(), until it is garbage-collected, or until
-they are lost: the TTL ran out, the holder was judged dead, or an operator
-called force_release_all(). As a context manager it releases on exit; a seat
-lost meanwhile is logged as a warning (the work already ran).
+It holds the seats until release() (or Semaphore.release()), or until they
+are lost: the TTL ran out, the holder was judged dead, or an operator called
+force_release_all(). Dropping the Permit does not release them: its Semaphore
+object keeps them, as threading.Semaphore does. Only when neither remains are
+they released, with a ResourceWarning, as an unclosed file is closed.
+As a context manager it releases on exit; a seat lost meanwhile is logged as
+a warning (the work already ran).
 If the process dies, even by SIGKILL, the fleet reclaims the seats.
 A permit inherited across fork() belongs to the parent: the child cannot
-release it.
+release it. A Permit cannot be pickled.
 )doc")
       .def(
-          "release", [](permit_object& p) { without_gil([&] { p.permit.release(); }); },
+          "release",
+          [](permit_object& p) {
+            shmsem::Permit taken = p.take();
+            without_gil([&] { taken.release(); });
+          },
           R"doc(Frees the seats and wakes waiters; a second call does nothing.
 
 Raises PermitNotHeldError if the seats were lost first (the message says why
@@ -624,9 +720,19 @@ With capacity > 1 tokens order grants, not seats.)doc")
              return false;
            })
       .def("__repr__", &permit_repr)
+      .def("__reduce__",
+           [](const permit_object&) -> py::object {
+             throw py::type_error(
+                 "shmsem: a Permit cannot be pickled: its seats belong to the process that "
+                 "acquired them; pass the Semaphore (or its key) and acquire in the other "
+                 "process");
+           })
       .def(
           "_release_quietly",
-          [](permit_object& p) { without_gil([&] { shmsem::Permit dying(std::move(p.permit)); }); },
+          [](permit_object& p) {
+            shmsem::Permit taken = p.take();
+            without_gil([&] { shmsem::Permit dying(std::move(taken)); });
+          },
           "Releases without raising (a lost seat is logged).");
 
   py::class_<semaphore_object>(m, "Semaphore", R"doc(
@@ -639,6 +745,10 @@ if it does not exist; an existing one keeps its capacity (use set_capacity()).
 Waiters are served in FIFO order across processes. A holder that dies, even by
 SIGKILL, never leaks its seats. A handle may be used from many threads, and
 works in a child after fork() (gunicorn --preload).
+Seats taken through this object stay held until released, through their
+Permit or through release(), as with threading.Semaphore; `with sem:` takes
+one and gives it back. It pickles by key and options: a multiprocessing
+child opens the same semaphore (without the seats of this process).
 )doc")
       .def(
           py::init([](const std::string& key, int permits, int mode, const py::object& ttl,
@@ -665,8 +775,16 @@ works in a child after fork() (gunicorn --preload).
                 throw py::value_error("fairness must be 'fifo' or 'barging', not '" + policy + "'");
               o.fairness = policy == "barging" ? shmsem::Fairness::barging : shmsem::Fairness::fifo;
             }
+            py::dict options(py::arg("mode") = mode, py::arg("ttl") = ttl,
+                             py::arg("auto_renew") = auto_renew,
+                             py::arg("open_timeout") = open_timeout,
+                             py::arg("trusted_owners") = py::list(py::cast(o.trusted_owners)),
+                             py::arg("session_timeout") = session_timeout,
+                             py::arg("connect_timeout") = connect_timeout,
+                             py::arg("fencing") = fencing, py::arg("fairness") = fairness);
             return new semaphore_object(
-                without_gil([&] { return shmsem::Semaphore::open(key, permits, o); }));
+                without_gil([&] { return shmsem::Semaphore::open(key, permits, o); }),
+                py::make_tuple(key, permits, options));
           }),
           py::arg("key"), py::arg("permits"), py::kw_only(), py::arg("mode") = 0600,
           py::arg("ttl") = py::none(), py::arg("auto_renew") = false, py::arg("open_timeout") = 5.0,
@@ -702,33 +820,64 @@ otherwise or Redis cannot be reached.)doc")
           [](const std::string& key, const py::object& trusted_owners) {
             shmsem::Options o;
             o.trusted_owners = owner_list(trusted_owners);
+            py::dict options(py::arg("trusted_owners") = py::list(py::cast(o.trusted_owners)));
             return new semaphore_object(
-                without_gil([&] { return shmsem::Semaphore::attach(key, o); }));
+                without_gil([&] { return shmsem::Semaphore::attach(key, o); }),
+                py::make_tuple(key, py::none(), options));
           },
           py::arg("key"), py::kw_only(), py::arg("trusted_owners") = py::tuple(),
           "Opens an existing semaphore without creating it; SegmentError if there is none, "
           "UntrustedOwnerError if it belongs to a user it does not trust (see trusted_owners).")
       .def("acquire", &semaphore_object::acquire, py::arg("n") = 1, py::arg("timeout") = py::none(),
            py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
-           R"doc(Takes `n` seats, all or nothing, waiting in FIFO order; returns a Permit.
+           py::arg("cancel") = static_cast<cancel_token*>(nullptr),
+           (R"doc(Takes `n` seats, all or nothing, waiting in FIFO order; returns a Permit.
 
+The seats stay held until the Permit's release() or this object's release(),
+even if the Permit is dropped (`if sem.acquire(timeout=5): ...` holds them).
 timeout: seconds to wait (None: for ever; 0: do not wait).
 ttl: lease TTL in seconds (None: the handle's default; 0: no expiry).
 auto_renew: renew the lease in the background at a third of its TTL.
+cancel: a CancelToken; its cancel(), from any thread, ends the wait with
+AcquisitionError 'cancelled'.
 Releases the GIL while it waits. In the main thread, Ctrl-C (or any signal
-handler that raises) interrupts the wait within about 50 ms, withdraws the
+handler that raises) interrupts the wait within about )doc" +
+            std::to_string(kSignalTick.count()) + R"doc( ms, withdraws the
 request and leaves no seat taken.
 Raises AcquisitionError with .reason 'timeout' (also a TimeoutError),
 'cancelled', 'shutdown', 'exceeds_capacity' (n > capacity) or 'error';
 ValueError for n < 1 or a negative duration.)doc")
+               .c_str())
+      .def(
+          "release", [](semaphore_object& s) { s.release_one(); },
+          R"doc(Gives back one lease that this process took through this object (its
+seats; the calling thread's most recent first), as threading.Semaphore.release()
+does. Its Permit, if still around, is then released too.
+Raises ValueError if this object holds none, PermitNotHeldError if the seats
+were lost first (the lease is given up either way).)doc")
+      .def(
+          "__enter__",
+          [](semaphore_object& s) { return s.acquire(1, py::none(), py::none(), false, nullptr); },
+          "`with sem:` takes one seat (waiting for ever) and gives it back on exit.")
+      .def("__exit__",
+           [](semaphore_object& s, const py::object&, const py::object&, const py::object&) {
+             try {
+               s.release_one();
+             } catch (const shmsem::PermitNotHeldError& e) {
+               log_lost_after_work(e);
+             }
+             return false;
+           })
+      .def("__reduce__",
+           [](const semaphore_object& s) {
+             return py::make_tuple(py::module_::import("shmsem").attr("_reopen"), s.reopen_args);
+           })
       .def("try_acquire", &semaphore_object::try_acquire, py::arg("n") = 1,
            py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
            R"doc(One attempt without waiting: a Permit, or None when the seats are not free
 now, when others are queued (it does not jump the queue), or when n > capacity.)doc")
       .def("_acquire_now", &semaphore_object::try_now, py::arg("n"), py::arg("ttl"),
            py::arg("auto_renew"))
-      .def("_acquire_cancellable", &semaphore_object::acquire_cancellable, py::arg("n"),
-           py::arg("timeout"), py::arg("ttl"), py::arg("auto_renew"), py::arg("token"))
       .def_property_readonly(
           "key", [](const semaphore_object& s) { return std::string(s.sem.key()); },
           "The key this handle was opened with.")
@@ -853,4 +1002,5 @@ semaphores, which open as they are.)doc")
   m.def("runtime_version", &shmsem::runtime_version,
         "The version of the loaded libshmsem.so.0, 'X.Y.Z'.");
   m.def("_drain_logs", [] { drain_logs(); });
+  m.attr("_signal_tick") = std::chrono::duration<double>(kSignalTick).count();
 }

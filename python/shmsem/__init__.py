@@ -24,6 +24,16 @@ from ._types import (AcquisitionError, AcquisitionTimeoutError, Error, Extension
 # A method of Semaphore, written in Python (asyncio).
 Semaphore.acquire_async = acquire_async
 
+
+def _reopen(key, permits, options):
+    """Unpickles a Semaphore: the other process opens the key itself, with
+    the options it was opened with (attach() when permits is None). Seats
+    are never carried over: they belong to the process that took them."""
+    if permits is None:
+        return Semaphore.attach(key, **options)
+    return Semaphore(key, permits, **options)
+
+
 # The public classes are shmsem.X wherever they are defined (repr, help, pickle
 # of the exceptions goes through the same classes either way).
 for _cls in (AcquireAsync, AcquisitionError, AcquisitionTimeoutError, CancelToken, Error,

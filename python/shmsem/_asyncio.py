@@ -10,6 +10,7 @@ cancel lands is given back.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import threading
 from typing import Any, Optional
 
@@ -38,7 +39,7 @@ async def _acquire(sem: Any, n: int, timeout: Optional[float], ttl: Optional[flo
     def wait():  # in the helper thread
         permit = error = None
         try:
-            permit = sem._acquire_cancellable(n, timeout, ttl, auto_renew, token)
+            permit = sem.acquire(n, timeout, ttl, auto_renew, cancel=token)
         except BaseException as e:  # delivered to the awaiting task
             error = e
         try:
@@ -67,11 +68,13 @@ async def _acquire(sem: Any, n: int, timeout: Optional[float], ttl: Optional[flo
     return permit
 
 
-class AcquireAsync:
-    """What Semaphore.acquire_async() returns: await it for a Permit, or use it
-    as an async context manager that releases the permit on exit."""
+class AcquireAsync(collections.abc.Coroutine):
+    """What Semaphore.acquire_async() returns: a coroutine whose result is a
+    Permit (await it, or hand it to asyncio.create_task() or
+    TaskGroup.create_task()), or an async context manager that releases the
+    permit on exit. The request starts when it is first awaited or run."""
 
-    __slots__ = ("_sem", "_n", "_timeout", "_ttl", "_auto_renew", "_permit")
+    __slots__ = ("_sem", "_n", "_timeout", "_ttl", "_auto_renew", "_permit", "_coro")
 
     def __init__(self, sem: Any, n: int, timeout: Optional[float], ttl: Optional[float],
                  auto_renew: bool) -> None:
@@ -83,20 +86,36 @@ class AcquireAsync:
         self._ttl = ttl
         self._auto_renew = auto_renew
         self._permit = None
+        self._coro = None
+
+    def _coroutine(self):
+        if self._coro is None:
+            self._coro = _acquire(self._sem, self._n, self._timeout, self._ttl, self._auto_renew)
+        return self._coro
 
     def __await__(self):
-        return _acquire(self._sem, self._n, self._timeout, self._ttl,
-                        self._auto_renew).__await__()
+        return self._coroutine().__await__()
+
+    def send(self, value):
+        return self._coroutine().send(value)
+
+    def throw(self, typ, val=None, tb=None):
+        if val is None and tb is None:
+            return self._coroutine().throw(typ)
+        return self._coroutine().throw(typ, val, tb)
+
+    def close(self):
+        if self._coro is not None:
+            self._coro.close()
 
     async def __aenter__(self):
         self._permit = await self
         return self._permit
 
-    async def __aexit__(self, exc_type, exc, tb):
+    async def __aexit__(self, exc_type, exc, tb) -> None:
         permit, self._permit = self._permit, None
         if permit is not None:
             permit.__exit__(exc_type, exc, tb)
-        return False
 
 
 def acquire_async(self, n: int = 1, timeout: Optional[float] = None,

@@ -142,3 +142,29 @@ def test_n_below_one_is_a_value_error(key):
     s = shmsem.Semaphore(key, permits=1)
     with pytest.raises(ValueError):
         s.acquire_async(n=0)
+
+
+def test_create_task_and_task_group_take_acquire_async(key):
+    s = shmsem.Semaphore(key, permits=2)
+
+    async def main():
+        first = await asyncio.create_task(s.acquire_async(timeout=5.0))
+        async with asyncio.TaskGroup() as tg:
+            second = tg.create_task(s.acquire_async(timeout=5.0))
+        assert first.is_held and second.result().is_held and s.used == 2
+        first.release()
+        second.result().release()
+        # A contended one, handed to create_task while the seats are taken.
+        held = await s.acquire_async(timeout=5.0)
+        other = await s.acquire_async(timeout=5.0)
+        task = asyncio.create_task(s.acquire_async(timeout=30))
+        while s.waiters == 0:
+            await asyncio.sleep(0.001)
+        held.release()
+        third = await task
+        assert third.is_held and s.used == 2
+        third.release()
+        other.release()
+
+    run(main())
+    assert s.used == 0

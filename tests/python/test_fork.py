@@ -65,6 +65,27 @@ def test_permit_inherited_across_fork_stays_the_parents(key):
     p.release()
 
 
+def test_semaphore_release_in_a_child_leaves_the_parents_seat(key):
+    s = shmsem.Semaphore(key, permits=2)
+    s.acquire()  # kept by s, for the parent's s.release()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            try:
+                s.release()
+                code = 2
+            except ValueError:
+                with s:  # the child's own seat comes and goes
+                    code = 0 if s.used == 2 else 3
+        finally:
+            os._exit(code)
+    assert wait_child(pid) == 0
+    assert s.used == 1
+    s.release()
+    assert s.used == 0
+
+
 def test_preload_pattern_master_opens_workers_share_the_bound(key):
     """A master opens the semaphore and forks workers that contend for it; an
     O_APPEND witness log outside the library shows the bound held."""

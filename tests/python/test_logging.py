@@ -1,10 +1,13 @@
 """Library log lines reach logging.getLogger("shmsem"), not bare stderr; a
-Permit collected while held gives its seat back, and logs if it was lost."""
+Permit collected while held leaves its seat to its Semaphore, and a lease
+that nothing can release any more logs if it was lost."""
 
 import gc
 import logging
 import threading
 import time
+
+import pytest
 
 import shmsem
 from conftest import wait_until
@@ -45,26 +48,29 @@ def test_lines_from_a_library_thread_are_delivered(key, caplog):
     p._release_quietly()
 
 
-def test_collected_permit_releases_its_seat(key):
+def test_collected_permit_leaves_its_seat_to_its_semaphore(key):
     s = shmsem.Semaphore(key, permits=1)
     p = s.acquire()
     assert s.used == 1
     del p
     gc.collect()
+    assert s.used == 1
+    s.release()
     assert s.used == 0
 
 
-def test_collected_permit_that_lost_its_seat_logs_a_warning(key, caplog):
+def test_collected_lease_that_lost_its_seat_logs_a_warning(key, caplog):
+    watcher = shmsem.Semaphore(key, permits=1)
     s = shmsem.Semaphore(key, permits=1)
     p = s.acquire(ttl=0.03)
     pid = p.id
     time.sleep(0.12)  # the lease lapses: that is the behaviour under test
-    with caplog.at_level(logging.WARNING, logger="shmsem"):
-        del p
+    with caplog.at_level(logging.WARNING, logger="shmsem"), pytest.warns(ResourceWarning):
+        del p, s
         gc.collect()
     msgs = [r.getMessage() for r in shmsem_records(caplog)]
     assert any(str(pid) in m and key in m and "TTL ran out" in m for m in msgs), msgs
-    assert s.used == 0
+    assert watcher.used == 0
 
 
 def test_context_manager_exit_logs_a_lost_seat_instead_of_raising(key, caplog):

@@ -222,3 +222,48 @@ def test_exceptions_pickle_with_their_fields():
     assert issubclass(shmsem.AcquisitionError, Exception)
     for cls in (shmsem.PermitNotHeldError, shmsem.ExtensionError, shmsem.SegmentError):
         assert issubclass(cls, shmsem.Error)
+
+
+def test_cancel_token_ends_a_blocking_acquire(key):
+    s = shmsem.Semaphore(key, permits=1)
+    held = s.acquire()
+    reasons = []
+
+    def wait(token):
+        try:
+            s.acquire(timeout=30, cancel=token)
+        except shmsem.AcquisitionError as e:
+            reasons.append(e.reason)
+
+    def cancel_once_queued(token):
+        wait_until(lambda: s.waiters == 1, what="the waiter to queue")
+        token.cancel()
+
+    # A waiter in another thread, then one in the main thread (which waits
+    # through its helper thread while it runs the signal handlers).
+    token = shmsem.CancelToken()
+    t = threading.Thread(target=wait, args=(token,))
+    t.start()
+    cancel_once_queued(token)
+    t.join(60)
+    token = shmsem.CancelToken()
+    t = threading.Thread(target=cancel_once_queued, args=(token,))
+    t.start()
+    wait(token)
+    t.join(60)
+    assert reasons == ["cancelled", "cancelled"]
+    assert s.waiters == 0 and s.used == 1
+    held.release()
+    with pytest.raises(shmsem.AcquisitionError, match="cancelled"):
+        s.acquire(cancel=token)  # already cancelled: fails at once, even when free
+    assert s.used == 0
+
+
+def test_trusted_owners_naming_no_user_is_a_value_error(make_key):
+    k = make_key()
+    for open_it in (lambda: shmsem.Semaphore(k, 1, trusted_owners=["root", "no-such-user"]),
+                    lambda: shmsem.Semaphore.attach(k, trusted_owners=["no-such-user"])):
+        with pytest.raises(ValueError, match="'no-such-user'.*no user"):
+            open_it()
+    assert k not in shmsem.Semaphore.list()
+    assert shmsem.Semaphore(k, 1, trusted_owners=["root", 12345]).capacity == 1  # uids need no entry

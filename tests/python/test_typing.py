@@ -4,6 +4,7 @@ import ast
 import inspect
 import os
 import pydoc
+import re
 
 import shmsem
 
@@ -51,3 +52,26 @@ def test_docstrings_for_help():
                 shmsem.AcquisitionError, shmsem.Holder, shmsem.Stats):
         assert inspect.getdoc(obj), obj
     assert "ttl" in inspect.getdoc(shmsem.Semaphore.acquire)
+
+
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "python.md")
+
+
+def test_help_and_python_md_give_the_signal_tick_of_the_code():
+    tick_ms = round(shmsem._shmsem._signal_tick * 1000)
+    helped = re.search(r"within about (\d+) ms", inspect.getdoc(shmsem.Semaphore.acquire))
+    documented = re.search(r"within about (\d+) ms", open(DOCS).read())
+    assert helped and documented
+    assert int(helped.group(1)) == int(documented.group(1)) == tick_ms
+
+
+def test_python_md_constructor_signature_names_every_parameter():
+    tree = ast.parse(open(os.path.join(PACKAGE, "__init__.pyi")).read())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Semaphore"]
+    (init,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+    names = [a.arg for a in init.args.args[1:] + init.args.kwonlyargs]
+    text = open(DOCS).read()
+    start = text.index("shmsem.Semaphore(key, permits")
+    signature = text[start:text.index("```", start)]
+    for name in names:
+        assert re.search(r"\b%s\b" % name, signature), f"{name} missing from python.md's signature"
