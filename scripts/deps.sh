@@ -25,7 +25,7 @@ suite=(
   redis-server redis-tools
   tmux util-linux procps man-db strace
   prometheus
-  python3-pytest gunicorn
+  python3-pytest python3-mypy gunicorn
 )
 packaging=(debhelper dpkg-dev fakeroot lintian dh-python)
 # Static checks and fuzzers.

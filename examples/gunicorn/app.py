@@ -23,6 +23,7 @@ outside the library).
 
 import os
 import time
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 from urllib.parse import parse_qs
 
 import shmsem
@@ -38,16 +39,17 @@ _witness = os.environ.get("WITNESS_LOG")
 _witness_fd = os.open(_witness, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600) if _witness else None
 
 
-def witness(event, request_id):
+def witness(event: str, request_id: str) -> None:
     if _witness_fd is not None:
         os.write(_witness_fd, f"{time.monotonic_ns()} {os.getpid()} {event} {request_id}\n".encode())
 
 
-def backend_call():
+def backend_call() -> None:
     time.sleep(SECONDS)  # stands for a database, GPU or third-party API call
 
 
-def app(environ, start_response):
+def app(environ: Dict[str, Any],
+        start_response: Callable[[str, List[Tuple[str, str]]], Any]) -> Iterable[bytes]:
     request_id = parse_qs(environ.get("QUERY_STRING", "")).get("id", ["-"])[0]
     witness("begin", request_id)
     try:

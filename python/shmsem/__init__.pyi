@@ -2,12 +2,14 @@
 # annotations of their own). Keep in step with python/module.cpp and
 # shmsem/*.py; tests/python/test_typing.py checks that they agree.
 from types import TracebackType
-from typing import (Any, Awaitable, Callable, Dict, Generator, Iterable, List, Optional, Type,
-                    TypeVar, Union)
+from typing import (Any, Callable, Coroutine, Dict, Generator, Iterable, List, Literal, Optional,
+                    ParamSpec, Protocol, Type, TypeVar, Union, overload)
 
 __version__: str
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 class Error(Exception): ...
 
@@ -89,17 +91,20 @@ class Permit:
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
-class AcquireAsync:
+class AcquireAsync(Coroutine[Any, Any, Permit]):
     def __await__(self) -> Generator[Any, None, Permit]: ...
+    def send(self, value: Any) -> Any: ...
+    def throw(self, typ: Any, val: Any = ..., tb: Optional[TracebackType] = ...) -> Any: ...
+    def close(self) -> None: ...
     async def __aenter__(self) -> Permit: ...
     async def __aexit__(
         self,
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool: ...
+    ) -> None: ...
 
 class Semaphore:
     def __init__(
@@ -127,7 +132,16 @@ class Semaphore:
         timeout: Optional[float] = ...,
         ttl: Optional[float] = ...,
         auto_renew: bool = ...,
+        cancel: Optional[CancelToken] = ...,
     ) -> Permit: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> Permit: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> Literal[False]: ...
     def try_acquire(
         self, n: int = ..., ttl: Optional[float] = ..., auto_renew: bool = ...
     ) -> Optional[Permit]: ...
@@ -168,6 +182,17 @@ class Semaphore:
     @staticmethod
     def segment_path(key: str) -> str: ...
 
+class _SkippingDecorator(Protocol):
+    # What bounded(..., on_unavailable="skip") returns: a skipped call
+    # returns None (a coroutine function's coroutine returns None).
+    @overload
+    def __call__(  # type: ignore[misc]
+        self, fn: Callable[_P, Coroutine[Any, Any, _R]]
+    ) -> Callable[_P, Coroutine[Any, Any, Optional[_R]]]: ...
+    @overload
+    def __call__(self, fn: Callable[_P, _R]) -> Callable[_P, Optional[_R]]: ...
+
+@overload
 def bounded(
     key: str,
     permits: int = ...,
@@ -175,7 +200,18 @@ def bounded(
     timeout: Optional[float] = ...,
     ttl: Optional[float] = ...,
     auto_renew: bool = ...,
-    on_unavailable: Union[str, Callable[[str, str], Any]] = ...,
-    fail_mode: str = ...,
+    on_unavailable: Literal["skip"],
+    fail_mode: Literal["open", "closed"] = ...,
+) -> _SkippingDecorator: ...
+@overload
+def bounded(
+    key: str,
+    permits: int = ...,
+    *,
+    timeout: Optional[float] = ...,
+    ttl: Optional[float] = ...,
+    auto_renew: bool = ...,
+    on_unavailable: Union[Literal["raise"], Callable[[str, str], Any]] = ...,
+    fail_mode: Literal["open", "closed"] = ...,
 ) -> Callable[[_F], _F]: ...
 def shutdown_all() -> None: ...
