@@ -93,6 +93,10 @@ class SHMSEM_API UnavailablePolicy {
 
   bool skips() const noexcept { return mode_ == OnUnavailable::skip; }
 
+  /// True for the default policy (throw_error without a mapping callable):
+  /// the only one under which a call without a wait_timeout waits.
+  bool throws_as_is() const noexcept { return mode_ == OnUnavailable::throw_error && !map_; }
+
   /// Applies the policy to a failed acquisition of `key`: returns for skip,
   /// otherwise throws (the mapped error, or `error`; `error_is_current` says
   /// that `error` is the exception being handled, so it is rethrown as is).
@@ -114,8 +118,11 @@ struct BoundedOptions {
   int permits = 1;
   /// Lease TTL of each call's seat; nullopt: the service's default (none).
   std::optional<std::chrono::milliseconds> ttl;
-  /// Wait budget per call; nullopt waits until a seat is free. Zero or
-  /// negative (however large): one attempt, no wait.
+  /// Wait budget per call. nullopt: under the default on_unavailable
+  /// (throw_error) waits until a seat is free; under skip or a mapping
+  /// callable makes one attempt without waiting, since such a caller
+  /// expects to go without a seat at times. Zero or negative (however
+  /// large): one attempt, no wait.
   std::optional<std::chrono::milliseconds> wait_timeout;
   /// Renew the lease in the background while the body runs (needs a TTL).
   std::optional<bool> auto_renew;
@@ -418,6 +425,8 @@ auto make_bounded(Key key, const BoundedOptions<K>& o, F fn) {
   // Negative means no wait: clamped here, before any arithmetic sees it.
   if (o.wait_timeout)
     acquire.wait_timeout = std::max(*o.wait_timeout, std::chrono::milliseconds::zero());
+  else if (!o.on_unavailable.throws_as_is())
+    acquire.wait_timeout = std::chrono::milliseconds::zero();
   acquire.auto_renew = o.auto_renew;
   auto state = std::make_shared<const bounded_state<Key>>(bounded_state<Key>{
       std::move(key), o.permits, std::move(acquire), o.on_unavailable, o.fail_mode, o.service});

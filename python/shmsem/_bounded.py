@@ -77,7 +77,10 @@ def bounded(key: str, permits: int = 1, *, timeout: Optional[float] = None,
 
     permits: the capacity used when a call creates the semaphore (use the
     same value everywhere; an existing semaphore keeps its capacity).
-    timeout, ttl, auto_renew: as in Semaphore.acquire().
+    timeout, ttl, auto_renew: as in Semaphore.acquire(), except that
+    timeout=None waits for a seat only under on_unavailable="raise": with
+    "skip" or a callable, a call without a timeout does not wait (one
+    attempt, as timeout=0).
     on_unavailable: what a call does when it cannot get its seat (timeout,
     cancelled, shutdown, n > capacity): "raise" the AcquisitionError, "skip"
     (return None without running the function), or a callable
@@ -97,6 +100,10 @@ def bounded(key: str, permits: int = 1, *, timeout: Optional[float] = None,
                          f"got {on_unavailable!r}")
     if fail_mode not in ("open", "closed"):
         raise ValueError(f"shmsem.bounded: fail_mode must be 'open' or 'closed', got {fail_mode!r}")
+    # A policy for "no seat" means the caller expects not to get one at
+    # times: without a timeout such a call does not wait (as C++ bounded()).
+    if timeout is None and on_unavailable != "raise":
+        timeout = 0
 
     def decorate(fn: Callable) -> Callable:
         _check_template(key, fn)

@@ -123,3 +123,42 @@ def test_fail_mode_for_an_unusable_segment(make_key, caplog):
         assert ran == [1]
     finally:
         os.unlink(shmsem.Semaphore.segment_path(k))
+
+
+def test_skip_and_a_mapping_callable_do_not_wait_without_a_timeout(key):
+    """Only "raise" waits for a seat when no timeout is given."""
+    import threading
+
+    ran, mapped = [], []
+
+    @shmsem.bounded(key, permits=1, on_unavailable="skip")
+    def skipper():
+        ran.append("skip")
+
+    def mapping(k, reason):
+        mapped.append(reason)
+        raise LookupError(k)
+
+    @shmsem.bounded(key, permits=1, on_unavailable=mapping)
+    def mapper():
+        ran.append("map")
+
+    outcome = []
+
+    def calls():
+        outcome.append(skipper())
+        try:
+            mapper()
+        except LookupError as e:
+            outcome.append(str(e))
+
+    s = shmsem.Semaphore(key, permits=1)
+    held = s.acquire()
+    t = threading.Thread(target=calls)
+    t.start()
+    t.join(30)
+    waited = t.is_alive()
+    held.release()  # lets a call that waits finish, so that the failure does not hang
+    t.join()
+    assert not waited, "a call under on_unavailable='skip' or a callable waited for a seat"
+    assert outcome == [None, key] and mapped == ["timeout"] and ran == []

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -266,6 +267,36 @@ TEST(Bounded, SkipPolicyReturnsEmptyWithoutRunning) {
   held.release();
   EXPECT_TRUE(v());
   EXPECT_EQ(r(), std::optional<int>(2));
+}
+
+TEST(Bounded, NonThrowingPolicyWithoutTimeoutDoesNotWait) {
+  unique_key key;
+  std::optional<Permit> held = acquire(key, 1);
+  std::atomic<int> runs = 0, mapped = 0;
+  auto skipper =
+      bounded({.key = key.str(), .on_unavailable = OnUnavailable::skip}, [&] { ++runs; });
+  auto mapper = bounded({.key = key.str(),
+                         .on_unavailable =
+                             [&](std::string_view, Reason r) {
+                               if (r == Reason::timeout) ++mapped;
+                             }},
+                        [&] { ++runs; });
+  auto calls = std::async(std::launch::async, [&] {
+    const bool skipped = !skipper();
+    bool threw = false;
+    try {
+      mapper();
+    } catch (const AcquisitionError& e) {
+      threw = e.reason() == Reason::timeout;
+    }
+    return skipped && threw;
+  });
+  const bool returned = calls.wait_for(30s) == std::future_status::ready;
+  held.reset();  // lets a call that waits finish, so that the failure does not hang
+  EXPECT_TRUE(returned) << "a call under skip or a mapping policy waited for a seat";
+  EXPECT_TRUE(calls.get());
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(mapped, 1);
 }
 
 struct busy_error : std::runtime_error {

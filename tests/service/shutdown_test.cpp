@@ -120,7 +120,10 @@ TEST(Shutdown, WaitingAcquiresEndWithReasonShutdown) {
       }
     });
     std::thread skipper([&] {
-      auto f = bounded({.key = key.str(), .on_unavailable = OnUnavailable::skip}, [&] { ++ran; });
+      // skip without a wait_timeout would not wait at all.
+      auto f =
+          bounded({.key = key.str(), .wait_timeout = 1h, .on_unavailable = OnUnavailable::skip},
+                  [&] { ++ran; });
       result_bounded = f() ? 1 : 0;
     });
     to_child.receive();  // both are blocked now
