@@ -92,9 +92,13 @@ std::string mode_text(unsigned mode) {
 }  // namespace
 
 void validate_trusted_owners(const std::vector<std::string>& owners) {
-  for (const auto& o : owners)
+  for (const auto& o : owners) {
     if (o.empty())
       throw std::invalid_argument("shmsem: Options::trusted_owners holds an empty user name");
+    if (!is_decimal(o) && !sys::is_user(o))
+      throw std::invalid_argument("shmsem: trusted_owners names '" + o +
+                                  "', which is no user of this host");
+  }
 }
 
 bool owner_trusted(const file_status& f, uid_t euid,

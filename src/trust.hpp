@@ -31,7 +31,8 @@ namespace shmsem::detail {
 
 struct attachment;
 
-/// Throws std::invalid_argument for an empty entry of Options::trusted_owners.
+/// Throws std::invalid_argument for an entry of Options::trusted_owners that
+/// is empty or names no user of this host (a typo would trust nobody, silently).
 void validate_trusted_owners(const std::vector<std::string>& owners);
 
 /// A segment file to judge: its status, and where its ACL is read from when

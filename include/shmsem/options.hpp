@@ -69,7 +69,8 @@ struct Options {
   /// entry naming another user or group. Anything else throws SegmentError
   /// (errc::untrusted_owner): /dev/shm is writable by every user, so another
   /// user could have created the file first, with a capacity or contents of
-  /// their choosing. A name that is no user of this host matches nothing.
+  /// their choosing. A name that is no user of this host throws
+  /// std::invalid_argument (naming it) at open(), attach() and inspect().
   /// See docs/ownership.md for sharing a semaphore across users.
   std::vector<std::string> trusted_owners;
   /// Redis keys only: how long this process's session (and so its leases

@@ -43,6 +43,12 @@ std::string user_name(uid_t uid) {
   return name_of<struct passwd>(uid, ::getpwuid_r, [](const passwd& p) { return p.pw_name; });
 }
 
+bool is_user(const std::string& name) {
+  return !name_of<struct passwd>(name.c_str(), ::getpwnam_r, [](const passwd& p) {
+            return p.pw_name;
+          }).empty();
+}
+
 std::string group_name(gid_t gid) {
   return name_of<struct group>(gid, ::getgrgid_r, [](const group& g) { return g.gr_name; });
 }

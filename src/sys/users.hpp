@@ -16,6 +16,9 @@ uid_t effective_uid();
 /// The name of user `uid` (getpwuid_r), or "" when the uid has no entry.
 std::string user_name(uid_t uid);
 
+/// Whether `name` is a user of this host (getpwnam_r finds it).
+bool is_user(const std::string& name);
+
 /// The name of group `gid` (getgrgid_r), or "" when the gid has no entry.
 std::string group_name(gid_t gid);
 

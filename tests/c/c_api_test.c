@@ -676,7 +676,11 @@ static void segment_of_an_untrusted_owner_is_refused(void) {
   const char* const empty[] = {"", NULL};
   oo.trusted_owners = empty;
   CHECK_RC(shmsem_open_ex(squat, 0, &oo, &s), SHMSEM_EINVAL);
-  const char* const owners[] = {"some-user-not-on-this-host", "65534", NULL};
+  const char* const unknown[] = {"some-user-not-on-this-host", "65534", NULL};
+  oo.trusted_owners = unknown; /* a typo must not pass for "trust nobody" */
+  CHECK_RC(shmsem_open_ex(squat, 0, &oo, &s), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "some-user-not-on-this-host") != NULL);
+  const char* const owners[] = {"root", "65534", NULL};
   oo.trusted_owners = owners;
   CHECK_RC(shmsem_open_ex(squat, 0, &oo, &s), SHMSEM_OK);
   CHECK_RC(shmsem_capacity(s), 100); /* the squatter's capacity, accepted on purpose */

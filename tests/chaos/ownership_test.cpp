@@ -192,7 +192,7 @@ TEST_F(Ownership, RootAttachesWhenItTrustsTheOwnerOnPurpose) {
   create_as(kNobody, kNogroup, key.str(), 100, 0666);
   for (const std::string owner : {"nobody", "65534"}) {
     Options o;
-    o.trusted_owners = {"someone-else-entirely", owner};
+    o.trusted_owners = {"root", owner};  // an entry that does not match comes first
     Semaphore sem = Semaphore::open(key, 2, o);
     EXPECT_EQ(sem.capacity(), 100) << owner;  // the existing capacity stands
     EXPECT_TRUE(sem.acquire().is_held());
@@ -200,6 +200,12 @@ TEST_F(Ownership, RootAttachesWhenItTrustsTheOwnerOnPurpose) {
     EXPECT_EQ(sem.snapshot().owner.user, "nobody");
   }
   EXPECT_THROW(Semaphore::open(key, 2, {.trusted_owners = {""}}), std::invalid_argument);
+  try {
+    Semaphore::attach(key, {.trusted_owners = {"no-such-user-here", "nobody"}});
+    FAIL() << "a trusted owner that is no user was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'no-such-user-here'"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(Ownership, AHandleOpenedWithTrustDoesNotLendItToAnOpenWithout) {

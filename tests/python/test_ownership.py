@@ -51,7 +51,7 @@ def test_root_refuses_a_segment_nobody_created_with_a_typed_error(key):
 
 def test_root_accepts_it_when_it_trusts_the_owner_on_purpose(key):
     create_as_nobody(key, 100)
-    s = shmsem.Semaphore(key, 2, trusted_owners=["someone-else", "nobody"])
+    s = shmsem.Semaphore(key, 2, trusted_owners=["root", "nobody"])
     assert s.capacity == 100  # the existing capacity stands
     with s.acquire(timeout=5.0):
         assert s.used == 1
