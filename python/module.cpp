@@ -621,8 +621,10 @@ PYBIND11_MODULE(_shmsem, m) {
   install_logger();
   py::module_::import("atexit").attr("register")(py::cpp_function(python_exiting));
 
-  py::class_<cancel_token>(m, "CancelToken",
-                           "Cancels the blocking acquire that carries it, from any thread.")
+  py::class_<cancel_token>(
+      m, "CancelToken",
+      "Cancels the blocking acquire that carries it (acquire(cancel=token)), from "
+      "any thread.")
       .def(py::init<>())
       .def(
           "cancel", [](cancel_token& t) { t.source.request_stop(); },

@@ -10,7 +10,7 @@ from conftest import wait_until
 
 def hold_until_killed(key, ready):
     s = shmsem.Semaphore(key, permits=1)
-    permit = s.acquire()  # kept: a collected permit would give its seat back
+    permit = s.acquire()
     ready.set()
     while permit.is_held:
         time.sleep(60)
