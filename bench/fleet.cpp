@@ -12,11 +12,24 @@
 //   server recycling its children). Reported: the wall time from the first
 //   fork to the last exit.
 //
+//   herd: N processes, forked first and then let go at once by one pipe,
+//   each of which opens one existing semaphore and takes and gives back a
+//   seat (a fleet restarted together, all its workers opening the key in
+//   the same instant). Reported: the slowest and the median time from the
+//   signal to the seat given back. The peer is a named POSIX semaphore
+//   (sem_open), what such a fleet would use.
+//
 // Each peer runs the same loop. sem_t and SysV are shared through the
 // harness's SharedSemaphore, shmsem processes open the key themselves.
+#include <fcntl.h>
+#include <semaphore.h>
+#include <shmsem/shmsem.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,6 +141,68 @@ void BM_FleetShortLived(State& state, Impl impl, int processes) {
   }
 }
 
+void BM_FleetHerdOpen(State& state, Impl impl, int processes) {
+  for (auto _ : state) {
+    // The semaphore exists, and this process keeps it open, before the herd
+    // is let go: the herd measures opening an existing key.
+    const std::string name = "/" + unique_name("herd");
+    std::optional<ScopedKey> key;
+    std::optional<shmsem::Semaphore> keeper;
+    if (impl == Impl::shmsem) {
+      key.emplace("herd");
+      keeper.emplace(shmsem::Semaphore::open(key->str(), kFleetCapacity));
+    } else {
+      sem_t* s = ::sem_open(name.c_str(), O_CREAT | O_EXCL, 0600, kFleetCapacity);
+      if (s == SEM_FAILED) {
+        state.SkipWithError("sem_open failed");
+        return;
+      }
+      ::sem_close(s);
+    }
+    SharedArray<std::atomic<std::int64_t>> took(static_cast<std::size_t>(processes));
+    SharedArray<std::atomic<std::int64_t>> start_ns(1);
+    Pipe ready, start;
+    std::vector<pid_t> children;
+    children.reserve(static_cast<std::size_t>(processes));
+    for (int p = 0; p < processes; ++p) {
+      children.push_back(spawn([&, p] {
+        start.close_write();  // else the start pipe would never reach EOF
+        ready.send();
+        start.receive(300s);  // returns at EOF: the start signal
+        if (impl == Impl::shmsem) {
+          auto sem = shmsem::Semaphore::open(key->str(), kFleetCapacity);
+          sem.acquire().release();
+        } else {
+          sem_t* s = ::sem_open(name.c_str(), 0);
+          if (s == SEM_FAILED) throw std::runtime_error("sem_open of " + name + " failed");
+          while (::sem_wait(s) != 0) {
+          }
+          ::sem_post(s);
+          ::sem_close(s);
+        }
+        took[static_cast<std::size_t>(p)].store(now_ns() - start_ns[0].load());
+      }));
+    }
+    bool ok = true;
+    for (int i = 0; i < processes && ok; ++i) ok = ready.receive(300s) == '.';
+    start_ns[0].store(now_ns());
+    start.close_write();
+    for (pid_t c : children) ok = reap_child(c, 300s) && ok;
+    if (impl != Impl::shmsem) ::sem_unlink(name.c_str());
+    if (!ok) {
+      state.SkipWithError("a process failed or hung (see stderr)");
+      return;
+    }
+    std::vector<std::int64_t> times;
+    times.reserve(static_cast<std::size_t>(processes));
+    for (int p = 0; p < processes; ++p) times.push_back(took[static_cast<std::size_t>(p)].load());
+    std::sort(times.begin(), times.end());
+    state.counters["slowest_ns"] = static_cast<double>(times.back());
+    state.counters["median_ns"] = static_cast<double>(times[times.size() / 2]);
+    state.counters["processes"] = processes;
+  }
+}
+
 }  // namespace
 
 void register_fleet() {
@@ -140,6 +215,11 @@ void register_fleet() {
       register_process(
           "BM_FleetShortLived/procs:" + std::to_string(processes) + "/" + impl_name(impl),
           [=](State& s) { BM_FleetShortLived(s, impl, processes); });
+  for (int processes : config().fleet_herd)
+    for (Impl impl : {Impl::shmsem, Impl::posix_sem})
+      register_process(
+          "BM_FleetHerdOpen/procs:" + std::to_string(processes) + "/" + impl_name(impl),
+          [=](State& s) { BM_FleetHerdOpen(s, impl, processes); });
 }
 
 }  // namespace shmsem_bench

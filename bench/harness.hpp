@@ -37,6 +37,7 @@ struct Config {
   std::vector<int> fleet_workers = {50, 200, 1000, 4000};  ///< long-lived fleet rows
   std::chrono::milliseconds fleet_window{5000};
   std::vector<int> fleet_short_lived = {600, 4000};  ///< short-lived fleet rows
+  std::vector<int> fleet_herd = {1000, 4000};        ///< herd-open fleet rows
 };
 
 /// The configuration of this run; set once by main before registration.

@@ -135,6 +135,7 @@ shmsem_bench::Config smoke_config() {
   c.fleet_workers = {20};
   c.fleet_window = std::chrono::milliseconds(200);
   c.fleet_short_lived = {20};
+  c.fleet_herd = {20};
   return c;
 }
 

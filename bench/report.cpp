@@ -224,6 +224,31 @@ class Table {
     if (wall[0] || wall[1]) rows_.push_back(row);
   }
 
+  // The slowest of a herd's open + first acquire, sem_open in the sem_t
+  // column.
+  void herd_row(int processes) {
+    const std::string prefix = "BM_FleetHerdOpen/procs:" + std::to_string(processes);
+    Row row = make_row("F. " + std::to_string(processes) +
+                           " processes open one existing key at once: slowest open + first "
+                           "acquire (median)",
+                       "ms");
+    std::optional<double> slowest[2];
+    for (int c = 0; c < kColumns; ++c) {
+      if (c > 1) {
+        row.cells[c] = "n/a";
+        continue;
+      }
+      const std::string name = prefix + "/" + kImpls[c];
+      slowest[c] = get(name, "slowest_ns");
+      auto median = get(name, "median_ns");
+      row.cells[c] = slowest[c] ? num(*slowest[c] / 1e6) + " (" + num(median.value_or(0) / 1e6) +
+                                      ")" + (c == 1 ? " sem_open" : "")
+                                : missing(name);
+    }
+    if (slowest[0] && slowest[1] && *slowest[1] > 0) row.ratio = times(*slowest[0] / *slowest[1]);
+    if (slowest[0] || slowest[1]) rows_.push_back(row);
+  }
+
   void idle_row() {
     Row row =
         make_row("8. idle CPU of 50 blocked waiters in 5 processes", "% of a core (wakeups/s)");
@@ -347,6 +372,14 @@ std::vector<Target> check_targets(const Table& t, const Results& results) {
     }
     out.push_back(tg);
   };
+  for (const auto& [name, r] : results) {
+    const std::string herd = "BM_FleetHerdOpen/procs:";
+    if (name.rfind(herd, 0) != 0 || name.find("/shmsem") == std::string::npos) continue;
+    const std::string n = name.substr(herd.size(), name.rfind('/') - herd.size());
+    ratio_target(
+        "F. herd of " + n + " opening one key: slowest open + first acquire ≤ 3× sem_open's",
+        t.get(name, "slowest_ns"), t.get(herd + n + "/posix_sem", "slowest_ns"), 3, true);
+  }
   auto fairness = [](double v) { return printf_string("%.2f", v); };
   every_row_target("7. barging: fairness ≥ 0.5 in every contended row", "shmsem_barging",
                    "fairness_min_max", false, 0.5, fairness);
@@ -738,9 +771,12 @@ std::string render_report(const Results& results, bool smoke, const std::string&
   }
   t.figure_row("9. open() of an existing semaphore (sem_open, semget, open)", "BM_OpenExisting", "",
                kUs);
-  std::vector<int> fleet, fleet_barging, short_lived;
+  std::vector<int> fleet, fleet_barging, short_lived, herd;
   for (const auto& [name, r] : results) {
     const std::string workers = "BM_FleetWorkers/workers:", procs = "BM_FleetShortLived/procs:";
+    const std::string herd_procs = "BM_FleetHerdOpen/procs:";
+    if (name.rfind(herd_procs, 0) == 0 && name.find("/shmsem") != std::string::npos)
+      herd.push_back(std::stoi(name.substr(herd_procs.size())));
     const bool fifo = name.find("/shmsem_barging") == std::string::npos;
     if (name.rfind(workers, 0) == 0 && name.find("/shmsem") != std::string::npos)
       (fifo ? fleet : fleet_barging).push_back(std::stoi(name.substr(workers.size())));
@@ -753,6 +789,8 @@ std::string render_report(const Results& results, bool smoke, const std::string&
   for (int n : fleet) t.fleet_row(n, false);
   for (int n : fleet_barging) t.fleet_row(n, true);
   for (int n : short_lived) t.short_lived_row(n);
+  std::sort(herd.begin(), herd.end());
+  for (int n : herd) t.herd_row(n);
   for (const auto& [name, r] : results) {
     if (name.rfind("BM_ReapDeadHolder/", 0) != 0) continue;
     const std::string leases =

@@ -107,7 +107,7 @@
 namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 6;
+inline constexpr std::uint32_t kLayoutVersion = 7;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kMaxKeySize = 255;
 
@@ -258,7 +258,11 @@ constexpr std::uint64_t state_gen(std::uint64_t s) {
 inline constexpr std::uint64_t kLockBase = 1ULL << 40;
 inline constexpr std::uint64_t kInitLockByte = kLockBase;        // serializes attach/init
 inline constexpr std::uint64_t kAttachLockByte = kLockBase + 1;  // shared by every attached process
-inline constexpr std::uint64_t kTokenBase = kLockBase + 64;      // + holder index: liveness token
+// Shared by every process that has finished attaching: proof that the
+// segment is initialized and its live state trusted, so that an opener can
+// join without the init lock (open.cpp, join_live).
+inline constexpr std::uint64_t kSettledLockByte = kLockBase + 2;
+inline constexpr std::uint64_t kTokenBase = kLockBase + 64;  // + holder index: liveness token
 
 /// The upper bounds of the duration histograms' buckets, in ns; a last
 /// bucket above them is implicit. Shared counters are counted into these

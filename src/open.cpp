@@ -18,6 +18,8 @@
 #include "segment.hpp"
 #include "segment_shared.hpp"
 #include "sys/clock.hpp"
+#include "sys/futex.hpp"
+#include "sys/openers.hpp"
 #include "sys/proc.hpp"
 #include "sys/robust_mutex.hpp"
 #include "trust.hpp"
@@ -155,6 +157,27 @@ std::unique_ptr<sys::shm_file> open_checked(std::string_view key, const std::str
   return file;
 }
 
+// Who holds lock byte `byte` of the file at `path` exclusively, as the
+// message of an open that timed out says it: "process 123 (worker),
+// stopped", or why that cannot be told.
+std::string describe_lock_holder(const std::string& path, std::uint64_t byte) {
+  for (const sys::open_file& f : sys::open_files_under(path)) {
+    if (f.path != path) continue;
+    for (const sys::ofd_lock& l : f.locks) {
+      if (l.start != byte || !l.exclusive) continue;
+      const char state = sys::process_state(f.pid);
+      const char* what = state == 'T' || state == 't' ? "stopped"
+                         : state == 'Z'               ? "a zombie (exited, not yet waited for)"
+                         : state == 'D'               ? "in uninterruptible sleep"
+                         : state == 0                 ? "gone since"
+                                                      : "running";
+      return "process " + std::to_string(f.pid) + " (" + sys::process_command(f.pid) + "), " + what;
+    }
+  }
+  return "a process this one cannot see (another user's, or in another PID namespace), or one "
+         "that let go as we looked";
+}
+
 // Step 3: takes the init lock by `deadline`. False if the file was removed
 // (by gc or remove) while we waited: open again.
 bool lock_for_init(sys::shm_file& file, const std::string& path, std::int64_t deadline, int attempt,
@@ -162,8 +185,10 @@ bool lock_for_init(sys::shm_file& file, const std::string& path, std::int64_t de
   if (!file.lock_until(kInitLockByte, true, deadline))
     throw SegmentError(make_error_code(errc::busy),
                        "shmsem: " + path +
-                           ": another process kept the segment's init lock past the open "
-                           "timeout (is it stopped?)");
+                           ": the open timed out waiting for the segment's init lock, which "
+                           "one process at a time holds while it creates, initializes, resets "
+                           "or removes the segment; held by " +
+                           describe_lock_holder(path, kInitLockByte));
   if (int err = file.stat(st); err != 0) throw_segment_errno(path, "cannot stat", err);
   if (st.st_nlink == 0) {
     // Removed (by gc or remove) while we waited for the init lock.
@@ -200,6 +225,45 @@ problem map_and_check(sys::shm_file& file, std::string_view key, const std::stri
             std::string(header(base)->key, std::min<std::size_t>(header(base)->key_size, 255)) +
             "'), not '" + std::string(key) + "'");
   return p;
+}
+
+// The fast way in, without the init lock: a herd of openers must not pass
+// through it one at a time. A process takes the settled byte (shared) only
+// once it is attached, so another's settled lock proves that the segment is
+// initialized and its live state trusted; and while we hold the attach byte
+// shared, no reset or removal (each needs it exclusive) can begin. False,
+// with nothing held: nobody has settled, an initializer, a reset or a
+// removal holds the attach byte, or the file was removed; open the slow way.
+bool join_live(sys::shm_file& file, std::string_view key, const std::string& path,
+               struct ::stat& st) {
+  if (!file.try_lock(kAttachLockByte, false)) return false;
+  // Asked only now: a settled process seen before we held the attach byte
+  // might have been the last, and a reset could have begun since.
+  if (file.locked_by_other(kSettledLockByte) && file.stat(st) == 0 && st.st_nlink != 0 &&
+      map_and_check(file, key, path, st) == problem::none) {
+    file.try_lock(kSettledLockByte, false);
+    return true;
+  }
+  file.unlock(kAttachLockByte);
+  return false;
+}
+
+// The slow way in, under the init lock: true if no other process is
+// attached, with the attach byte then held exclusively. A process that
+// holds the attach byte without having settled is a joiner on its way in
+// or out (join_live): when nobody has settled, it lets go at once, so wait
+// for it rather than take a segment whose users all died for a live one.
+bool alone_by(sys::shm_file& file, const std::string& path, std::int64_t deadline) {
+  for (;;) {
+    if (file.try_lock(kAttachLockByte, true)) return true;
+    if (file.locked_by_other(kSettledLockByte)) return false;
+    if (sys::precise_now_ns() >= deadline)
+      throw SegmentError(make_error_code(errc::busy),
+                         "shmsem: " + path +
+                             ": the open timed out waiting for a process that holds the "
+                             "segment's attach lock without having finished attaching");
+    sys::yield();
+  }
 }
 
 // Step 5, under the init lock: the first process to attach (`alone`)
@@ -269,10 +333,18 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
   for (int attempt = 0;; ++attempt) {
     struct ::stat st;
     auto file = open_checked(key, name, path, permits, mode, trusted_owners, st);
+    if (join_live(*file, key, path, st)) {
+      attachment* a = register_attachment(key, name, path, st, std::move(file));
+      warn_if_settings_differ(*a, permits, fairness);
+      return a;
+    }
     if (!lock_for_init(*file, path, deadline, attempt, st)) continue;
-    const bool alone = file->try_lock(kAttachLockByte, true);
+    const bool alone = alone_by(*file, path, deadline);
     const problem p = map_and_check(*file, key, path, st);
     initialize_if_alone(*file, key, permits, path, fencing, fairness, alone, p);
+    // Settled before the attach byte is shared: a joiner that gets in then
+    // finds the proof it needs.
+    file->try_lock(kSettledLockByte, false);
     file->try_lock(kAttachLockByte, false);  // from exclusive to shared, atomically
     file->unlock(kInitLockByte);
     attachment* a = register_attachment(key, name, path, st, std::move(file));

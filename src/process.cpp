@@ -68,6 +68,7 @@ void atfork_child() {
 #endif
     if (err == 0) {
       a->file->try_lock(kAttachLockByte, false);
+      a->file->try_lock(kSettledLockByte, false);
     } else {
       a->broken_by_fork = err;
       a->file->abandon();

@@ -69,6 +69,16 @@ std::string process_command(pid_t pid) {
   return s;
 }
 
+char process_state(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const std::string s = read_small_file(path);
+  // The command may hold spaces and parentheses: the state follows the last ')'.
+  const std::size_t rp = s.rfind(')');
+  if (rp == std::string::npos || rp + 2 >= s.size()) return 0;
+  return s[rp + 2];
+}
+
 pid_t self_pid() noexcept {
   return ::getpid();
 }

@@ -29,6 +29,10 @@ std::uint64_t self_pid_ns();
 /// /proc/<pid>/comm, or "" if it cannot be read.
 std::string process_command(pid_t pid);
 
+/// The state letter of /proc/<pid>/stat (R, S, D, T, t, Z, ...), or 0 if
+/// it cannot be read.
+char process_state(pid_t pid);
+
 /// getpid(): this process's pid in its own PID namespace.
 pid_t self_pid() noexcept;
 

@@ -87,6 +87,13 @@ TEST(InitDeath, StoppedCreatorMakesOpenFailWithBusyInsteadOfHanging) {
     ADD_FAILURE() << "open() went past a creator stopped in the middle of initialization";
   } catch (const SegmentError& e) {
     EXPECT_EQ(e.code(), errc::busy) << e.what();
+    // What it waited for, and who held it in which state: no guess.
+    const std::string what = e.what();
+    EXPECT_NE(what.find("init lock"), std::string::npos) << what;
+    EXPECT_NE(what.find("process " + std::to_string(creator.pid()) + " ("), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("stopped"), std::string::npos) << what;
+    EXPECT_EQ(what.find('?'), std::string::npos) << what;
   }
   EXPECT_LT(clk::now() - start, 3s);
   creator.kill(SIGKILL);  // a stopped process dies of SIGKILL too

@@ -104,7 +104,7 @@ TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kThreadsOffset % 4096u, 2048u);
   EXPECT_EQ(kLeasesOffset % 4096u, 0u);
   EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
-  EXPECT_EQ(kLayoutVersion, 6u);
+  EXPECT_EQ(kLayoutVersion, 7u);
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
 }
 
