@@ -316,10 +316,11 @@ std::vector<std::string> list(std::string_view server) {
 
 namespace {
 
+// `cap`: the capacity that rejected the request (as the script saw it), or
+// -1 for the last one this process read.
 AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const std::string& detail,
-                                   std::exception_ptr cause = nullptr) {
-  int cap;
-  {
+                                   std::exception_ptr cause = nullptr, int cap = -1) {
+  if (cap < 0) {
     std::lock_guard g(s.mu);
     cap = s.last_cap;
   }
@@ -335,7 +336,7 @@ AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const st
 // The acquisition failed for a reason the caller should see; tells the observer.
 [[noreturn]] void fail(const handle& h, semaphore_state& s, Reason r, int n, bool waited,
                        std::int64_t started, std::uint32_t wakeups, const std::string& detail = {},
-                       std::exception_ptr cause = nullptr) {
+                       std::exception_ptr cause = nullptr, int cap = -1) {
   if (h.opts.observer) {
     const AcquireEvent e =
         event(s, n, 0, info_of(r)->outcome, waited,
@@ -345,7 +346,7 @@ AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const st
       o.on_acquire(e);
     });
   }
-  throw acquisition_error(s, r, n, detail, std::move(cause));
+  throw acquisition_error(s, r, n, detail, std::move(cause), cap);
 }
 
 Permit granted(const handle& h, const state_ptr& s, std::uint64_t id, int n, std::int64_t ttl_ms,
@@ -392,55 +393,6 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
   std::int64_t deadline = sys::kNever;
   if (opts.wait_timeout) deadline = started + std::chrono::nanoseconds(*opts.wait_timeout).count();
   const bool once = opts.wait_timeout && opts.wait_timeout->count() <= 0;
-
-  reply r;
-  std::int64_t sent_at = 0;
-  try {
-    r = run_acquire(s, n, ttl_ms, once ? "once" : "wait", sent_at);
-  } catch (const io_error& e) {
-    keeper::get().watch(sp);
-    fail(h, s, Reason::error, n, false, started, 0, "cannot reach Redis: " + std::string(e.what()),
-         std::make_exception_ptr(SegmentError(e.code(), e.what())));
-  }
-  const std::string st(r.at(0).str());
-  if (st != "ok" && st != "queued" && st != "full" && st != "exceeds")
-    fail(h, s, Reason::error, n, false, started, 0, foreign_data(s, r));
-  touched(s, sent_at);
-  saw_epoch(s, r.at(1).str());
-  {
-    std::lock_guard g(s.mu);
-    s.last_cap = static_cast<int>(r.at(st == "ok" || st == "queued" ? 3 : 2).integer());
-    s.last_used = static_cast<int>(r.at(st == "ok" || st == "queued" ? 4 : 3).integer());
-  }
-  if (st == "ok")
-    return granted(h, sp, static_cast<std::uint64_t>(r.at(2).integer()), n, ttl_ms, renew,
-                   sys::precise_now_ns(), false, started, 0);
-  if (st == "exceeds") fail(h, s, Reason::exceeds_capacity, n, false, started, 0);
-  if (st == "full") fail(h, s, Reason::timeout, n, false, started, 0);
-
-  // Queued: sleep until the keeper hears the grant (or a rejection), the
-  // caller gives up, or the session is lost.
-  waiter w;
-  w.wid = static_cast<std::uint64_t>(r.at(2).integer());
-  const long long expiry_ms = r.at(5).integer();
-  {
-    std::lock_guard g(s.mu);
-    s.add_waiter(w);
-    if (expiry_ms >= 0) {
-      const std::int64_t due = sent_at + ms_ns(expiry_ms);
-      if (s.expiry_due_ns == 0 || due < s.expiry_due_ns) s.expiry_due_ns = due;
-    }
-  }
-  keeper::get().watch(sp);
-  if (h.opts.observer)
-    notify(h.opts.observer, [&](Observer& o) { o.on_wait_start(s.where.display, n); });
-  std::stop_callback on_stop(opts.stop, [&s] {
-    std::lock_guard g(s.mu);
-    s.cv.notify_all();
-  });
-  Reason reason = Reason::timeout;
-  std::uint32_t wakeups = 0;
-  waiter::state outcome;
   // Why the caller stops waiting, if it does.
   auto gives_up = [&]() -> std::optional<Reason> {
     if (opts.stop.stop_requested()) return Reason::cancelled;
@@ -448,65 +400,140 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
     if (sys::precise_now_ns() >= deadline) return Reason::timeout;
     return std::nullopt;
   };
-  {
-    std::unique_lock lk(s.mu);
-    while (w.st == waiter::state::waiting) {
-      if (auto why = gives_up()) {
-        reason = *why;
-        break;
-      }
-      if (deadline == sys::kNever)
-        s.cv.wait(lk);
-      else
-        s.cv.wait_for(lk, std::chrono::nanoseconds(deadline - sys::precise_now_ns()));
-      ++wakeups;
+  bool waited = false;
+  std::uint32_t wakeups = 0;
+  // A wait whose session lapsed (the process was stopped or cut off from
+  // Redis for longer than the session timeout) lost its place and any
+  // grant made to it: it starts over at the back of the queue, within
+  // what is left of its budget.
+  for (;; ++wakeups) {
+    reply r;
+    std::int64_t sent_at = 0;
+    try {
+      r = run_acquire(s, n, ttl_ms, once ? "once" : "wait", sent_at);
+    } catch (const io_error& e) {
+      keeper::get().watch(sp);
+      fail(h, s, Reason::error, n, waited, started, wakeups,
+           "cannot reach Redis: " + std::string(e.what()),
+           std::make_exception_ptr(SegmentError(e.code(), e.what())));
     }
-    outcome = w.st;
-    s.waiters.erase(w.wid);
-    if (outcome == waiter::state::granted || outcome == waiter::state::rejected)
-      s.claimed.push_back(std::to_string(w.wid));
-  }
-  switch (outcome) {
-    case waiter::state::granted:
-      return granted(h, sp, w.lease_id, n, ttl_ms, renew, sys::precise_now_ns(), true, started,
-                     wakeups);
-    case waiter::state::rejected:
-      fail(h, s, Reason::exceeds_capacity, n, true, started, wakeups);
-    case waiter::state::gone:
-      fail(h, s, Reason::error, n, true, started, wakeups, w.error);
-    case waiter::state::waiting:
-      break;
-  }
-
-  // Leave the queue. A grant that arrived as the budget ran out is kept; one
-  // that raced with a cancel or a shutdown goes back.
-  const std::string epoch = [&] {
-    std::lock_guard g(s.mu);
-    return s.epoch;
-  }();
-  try {
-    const std::vector<std::string> args = {epoch,
-                                           s.sid,
-                                           std::to_string(s.session_ms),
-                                           std::to_string(w.wid),
-                                           counter_of(reason),
-                                           reason == Reason::timeout ? "1" : "0"};
-    const reply c = run(s, scripts::cancel(), args, &sent_at);
-    const std::string_view cs = c.at(0).str();
-    if (cs == "granted")
-      return granted(h, sp, static_cast<std::uint64_t>(c.at(1).integer()), n, ttl_ms, renew,
-                     sys::precise_now_ns(), true, started, wakeups);
-    if (cs == "rejected") reason = Reason::exceeds_capacity;
-    if (!c.is_error()) touched(s, sent_at);
-  } catch (const io_error&) {
-    // Redis cannot be told now: the keeper will, and gives back a grant.
+    const std::string st(r.at(0).str());
+    if (st != "ok" && st != "queued" && st != "full" && st != "exceeds")
+      fail(h, s, Reason::error, n, waited, started, wakeups, foreign_data(s, r));
+    touched(s, sent_at);
+    saw_epoch(s, r.at(1).str());
     {
       std::lock_guard g(s.mu);
-      s.abandoned.push_back(std::to_string(w.wid));
+      s.last_cap = static_cast<int>(r.at(st == "ok" || st == "queued" ? 3 : 2).integer());
+      s.last_used = static_cast<int>(r.at(st == "ok" || st == "queued" ? 4 : 3).integer());
+    }
+    if (st == "ok")
+      return granted(h, sp, static_cast<std::uint64_t>(r.at(2).integer()), n, ttl_ms, renew,
+                     sys::precise_now_ns(), waited, started, wakeups);
+    if (st == "exceeds")
+      fail(h, s, Reason::exceeds_capacity, n, waited, started, wakeups, {}, nullptr,
+           static_cast<int>(r.at(2).integer()));
+    if (st == "full") fail(h, s, Reason::timeout, n, waited, started, wakeups);
+
+    // Queued: sleep until the keeper hears the grant (or a rejection), the
+    // caller gives up, or the session is lost.
+    waiter w;
+    w.wid = static_cast<std::uint64_t>(r.at(2).integer());
+    const long long expiry_ms = r.at(5).integer();
+    {
+      std::lock_guard g(s.mu);
+      s.add_waiter(w);
+      if (expiry_ms >= 0) {
+        const std::int64_t due = sent_at + ms_ns(expiry_ms);
+        if (s.expiry_due_ns == 0 || due < s.expiry_due_ns) s.expiry_due_ns = due;
+      }
     }
     keeper::get().watch(sp);
+    if (h.opts.observer && !waited)
+      notify(h.opts.observer, [&](Observer& o) { o.on_wait_start(s.where.display, n); });
+    waited = true;
+    std::stop_callback on_stop(opts.stop, [&s] {
+      std::lock_guard g(s.mu);
+      s.cv.notify_all();
+    });
+    Reason reason = Reason::timeout;
+    waiter::state outcome;
+    bool give_back = false;
+    {
+      std::unique_lock lk(s.mu);
+      while (w.st == waiter::state::waiting) {
+        if (auto why = gives_up()) {
+          reason = *why;
+          break;
+        }
+        if (deadline == sys::kNever)
+          s.cv.wait(lk);
+        else
+          s.cv.wait_for(lk, std::chrono::nanoseconds(deadline - sys::precise_now_ns()));
+        ++wakeups;
+      }
+      outcome = w.st;
+      s.waiters.erase(w.wid);
+      if (outcome == waiter::state::granted &&
+          sys::precise_now_ns() - s.touched_ns >= ms_ns(s.session_ms)) {
+        // A grant heard after the session may have lapsed (it was published
+        // while this process was stopped): the seat may be someone else's
+        // by now. It goes back, if it is still ours.
+        s.abandoned.push_back(std::to_string(w.wid));
+        give_back = true;
+        outcome = waiter::state::gone;
+        w.lapsed = true;
+      } else if (outcome == waiter::state::granted || outcome == waiter::state::rejected) {
+        s.claimed.push_back(std::to_string(w.wid));
+      }
+    }
+    if (give_back) keeper::get().watch(sp);
+    switch (outcome) {
+      case waiter::state::granted:
+        return granted(h, sp, w.lease_id, n, ttl_ms, renew, sys::precise_now_ns(), true, started,
+                       wakeups);
+      case waiter::state::rejected:
+        fail(h, s, Reason::exceeds_capacity, n, true, started, wakeups);
+      case waiter::state::gone:
+        if (!w.lapsed) fail(h, s, Reason::error, n, true, started, wakeups, w.error);
+        if (auto why = gives_up()) fail(h, s, *why, n, true, started, wakeups);
+        log().info("semaphore '{}': a wait for {} started over: its session lapsed",
+                   s.where.display, seats(n));
+        continue;
+      case waiter::state::waiting:
+        break;
+    }
+
+    // Leave the queue. A grant that arrived as the budget ran out is kept;
+    // one that raced with a cancel or a shutdown goes back.
+    const std::string epoch = [&] {
+      std::lock_guard g(s.mu);
+      return s.epoch;
+    }();
+    try {
+      const std::vector<std::string> args = {epoch,
+                                             s.sid,
+                                             std::to_string(s.session_ms),
+                                             std::to_string(w.wid),
+                                             counter_of(reason),
+                                             reason == Reason::timeout ? "1" : "0"};
+      const reply c = run(s, scripts::cancel(), args, &sent_at);
+      const std::string_view cs = c.at(0).str();
+      if (cs == "granted")
+        return granted(h, sp, static_cast<std::uint64_t>(c.at(1).integer()), n, ttl_ms, renew,
+                       sys::precise_now_ns(), true, started, wakeups);
+      if (cs == "rejected") reason = Reason::exceeds_capacity;
+      if (!c.is_error()) touched(s, sent_at);
+    } catch (const io_error&) {
+      // Redis cannot be told now: the keeper will, and gives back a grant.
+      {
+        std::lock_guard g(s.mu);
+        s.abandoned.push_back(std::to_string(w.wid));
+      }
+      keeper::get().watch(sp);
+    }
+    fail(h, s, reason, n, true, started, wakeups);
   }
-  fail(h, s, reason, n, true, started, wakeups);
 }
 
 std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) {

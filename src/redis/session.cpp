@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <set>
 #include <thread>
@@ -62,6 +63,44 @@ std::string describe_loss(const std::string& why) {
            "key or a failover); the capacity was re-created";
   if (kind == "unknown") return "it is no longer in Redis (the reason is no longer recorded)";
   return kind;
+}
+
+namespace {
+
+// A decimal id with nothing around it (ids are never 0).
+std::optional<std::uint64_t> parse_id(std::string_view s) {
+  std::uint64_t v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size() || v == 0)
+    return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+waiter_status parse_waiter_status(std::string_view st) {
+  // Whole words first: "gone" also starts with 'g', the grant's tag.
+  if (st == "gone") return {waiter_status::gone, 0};
+  if (st == "q") return {waiter_status::queued, 0};
+  if (st == "r") return {waiter_status::rejected, 0};
+  if (st.size() > 1 && st[0] == 'g')
+    if (auto id = parse_id(st.substr(1))) return {waiter_status::granted, *id};
+  return {waiter_status::unknown, 0};
+}
+
+std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_wait_event(std::string_view tok) {
+  if (tok.size() < 2) return std::nullopt;
+  if (tok[0] == 'r') {
+    if (auto wid = parse_id(tok.substr(1))) return std::pair{*wid, std::uint64_t{0}};
+    return std::nullopt;
+  }
+  if (tok[0] != 'g') return std::nullopt;
+  const auto colon = tok.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  const auto wid = parse_id(tok.substr(1, colon - 1));
+  const auto id = parse_id(tok.substr(colon + 1));
+  if (!wid || !id) return std::nullopt;
+  return std::pair{*wid, *id};
 }
 
 semaphore_state::semaphore_state(std::shared_ptr<client> c, url u)
@@ -317,6 +356,7 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
         for (auto& [wid, w] : s.waiters) {
           if (w->st != waiter::state::waiting) continue;
           w->st = waiter::state::gone;
+          w->lapsed = true;
           w->error = why;
         }
         s.cv.notify_all();
@@ -350,16 +390,25 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
         for (std::size_t i = 0; i < sent_waiters.size(); ++i) {
           auto it = s.waiters.find(sent_waiters[i]);
           if (it == s.waiters.end() || it->second->st != waiter::state::waiting) continue;
-          const std::string st(ws.at(i).str());
           waiter& w = *it->second;
-          if (st.size() > 1 && st[0] == 'g') {
-            w.st = waiter::state::granted;
-            w.lease_id = std::strtoull(st.c_str() + 1, nullptr, 10);
-          } else if (st == "r") {
-            w.st = waiter::state::rejected;
-          } else if (st == "gone") {
-            w.st = waiter::state::gone;
-            w.error = "its place in the queue was lost: " + describe_loss("reaped");
+          switch (const waiter_status got = parse_waiter_status(ws.at(i).str()); got.kind) {
+            case waiter_status::granted:
+              w.st = waiter::state::granted;
+              w.lease_id = got.lease_id;
+              break;
+            case waiter_status::rejected:
+              w.st = waiter::state::rejected;
+              break;
+            case waiter_status::gone:
+              // Its session lapsed (it was stopped or cut off) and was
+              // reaped with its place in the queue: it starts over.
+              w.st = waiter::state::gone;
+              w.lapsed = true;
+              w.error = "its place in the queue was lost: " + describe_loss("reaped");
+              break;
+            case waiter_status::queued:
+            case waiter_status::unknown:
+              break;
           }
         }
         s.last_used = static_cast<int>(r.at(3).integer());
@@ -450,11 +499,9 @@ void keeper::impl::read_subscriber(subscriber& sub) {
         if (end == std::string_view::npos) end = payload.size();
         const std::string tok(payload.substr(pos, end - pos));
         pos = end + 1;
-        if (tok.size() < 2) continue;
-        char* rest = nullptr;
-        const std::uint64_t wid = std::strtoull(tok.c_str() + 1, &rest, 10);
-        const std::uint64_t lease_id =
-            tok[0] == 'g' && rest && *rest == ':' ? std::strtoull(rest + 1, nullptr, 10) : 0;
+        const auto ev = parse_wait_event(tok);
+        if (!ev) continue;
+        const auto [wid, lease_id] = *ev;
         auto w = s->waiters.find(wid);
         if (w != s->waiters.end()) {
           if (w->second->st != waiter::state::waiting) continue;

@@ -27,6 +27,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "redis/client.hpp"
@@ -73,8 +75,19 @@ struct waiter {
   std::uint64_t wid = 0;
   state st = state::waiting;  // under sem->mu
   std::uint64_t lease_id = 0;
-  std::string error;  // why it is gone
+  bool lapsed = false;  // gone because its session lapsed: it may start over
+  std::string error;    // why it is gone
 };
+
+/// A wait's state in a renewal's reply: "q", "g<lease id>", "r" or "gone".
+struct waiter_status {
+  enum kind_t { queued, granted, rejected, gone, unknown } kind;
+  std::uint64_t lease_id;
+};
+waiter_status parse_waiter_status(std::string_view st);
+/// A token of a session channel's message, "g<wid>:<lease id>" (granted) or
+/// "r<wid>" (rejected): {wid, lease id or 0}; nullopt for anything else.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_wait_event(std::string_view tok);
 
 /// One process's view of one semaphore, shared by its handles and permits.
 struct semaphore_state {

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 
 #include <atomic>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "redis_server.hpp"
@@ -375,6 +377,86 @@ TEST(RedisFault, StoppedHolderLosesItsSeatAndLearnsItWhenResumed) {
   EXPECT_TRUE(p.is_held());
   EXPECT_EQ(s.used(), 1);
   EXPECT_GE(s.stats().reaped, 1u);
+}
+
+// A child that waits for one seat of `url` (capacity 1) and reports what
+// acquire() did: 'p' with a permit (then whether is_held() agreed: 'y'/'n',
+// and it releases when told), 'e' with an error.
+struct remote_waiter {
+  pipe_channel ready, go;
+  child_process proc;
+  remote_waiter(const std::string& url, std::chrono::milliseconds session)
+      : proc([this, url, session] {
+          auto sem = Semaphore::open(url, 1, {.session_timeout = session});
+          try {
+            auto p = sem.acquire(1, {.wait_timeout = 60s});
+            ready.send('p');
+            ready.send(p.is_held() ? 'y' : 'n');
+            go.receive(std::chrono::minutes(5));
+            p.release();
+          } catch (const std::exception&) {
+            ready.send('e');
+          }
+          return 0;
+        }) {}
+  // Whether the child has said anything yet (without waiting).
+  bool spoke() {
+    pollfd p{ready.read_fd(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  }
+};
+
+TEST(RedisFault, WaiterStoppedPastItsSessionNeverComesBackAsAHolder) {
+  redis_server srv;
+  const std::string url = srv.url(test_key());
+  auto s = Semaphore::open(url, 1, {.session_timeout = 500ms});
+  auto held = s.acquire();
+  remote_waiter waiter(url, 500ms);
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  waiter.proc.kill(SIGSTOP);
+  // This holder's renewals reap the stopped waiter's lapsed session.
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 0; }));
+  waiter.proc.kill(SIGCONT);
+  // It queues again (its place is lost), and gets nothing while we hold.
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; })) << "the waiter did not start over";
+  EXPECT_FALSE(waiter.spoke()) << "acquire() returned while the seat was held here";
+  EXPECT_TRUE(held.is_held());
+  EXPECT_EQ(s.used(), 1);
+  held.release();
+  EXPECT_EQ(waiter.ready.receive(), 'p');
+  EXPECT_EQ(waiter.ready.receive(), 'y') << "the waiter's permit is not held in Redis";
+  waiter.go.send();
+  EXPECT_EQ(waiter.proc.wait(), 0);
+  EXPECT_EQ(s.used(), 0);
+}
+
+TEST(RedisFault, GrantToAWaiterStoppedPastItsSessionIsNotReturnedAfterItWasReaped) {
+  redis_server srv;
+  const std::string url = srv.url(test_key());
+  auto s = Semaphore::open(url, 1, {.session_timeout = 500ms});
+  std::optional<Permit> held = s.acquire();
+  remote_waiter waiter(url, 500ms);
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  waiter.proc.kill(SIGSTOP);
+  // The stopped waiter is granted the seat (the grant waits on its socket),
+  // then its session lapses and the seat comes back.
+  held->release();
+  held.reset();
+  ASSERT_TRUE(eventually([&] {
+    s.reap();
+    return s.used() == 0;
+  }));
+  auto again = s.acquire(1, {.wait_timeout = 5s});
+  waiter.proc.kill(SIGCONT);
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; })) << "the waiter did not start over";
+  EXPECT_FALSE(waiter.spoke()) << "acquire() returned a reaped grant while the seat was held here";
+  EXPECT_TRUE(again.is_held());
+  EXPECT_EQ(s.used(), 1);
+  again.release();
+  EXPECT_EQ(waiter.ready.receive(), 'p');
+  EXPECT_EQ(waiter.ready.receive(), 'y');
+  waiter.go.send();
+  EXPECT_EQ(waiter.proc.wait(), 0);
 }
 
 TEST(RedisFault, KilledHoldersSeatReachesABlockedWaiterWithinTheSessionTimeoutPlusOneSecond) {
