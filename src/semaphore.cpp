@@ -267,8 +267,7 @@ std::vector<std::string> Semaphore::list() {
 }
 
 std::string Semaphore::segment_path(std::string_view key) {
-  if (detail::redis::is_redis_key(key))
-    throw std::invalid_argument("shmsem: a Redis key has no segment file");
+  if (detail::redis::is_redis_key(key)) detail::redis::no_segment_file(key);
   detail::validate_key(key);
   return sys::shm_path(detail::key_to_name(key));
 }

@@ -212,6 +212,11 @@ bool is_redis_key(std::string_view key) noexcept {
   return is_redis_url(key);
 }
 
+void no_segment_file(std::string_view key) {
+  throw std::invalid_argument("shmsem: '" + parse(key).display +
+                              "' is a Redis key: it has no segment file");
+}
+
 std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o) {
   const url u = parse(key);
   if (o.session_timeout < std::chrono::milliseconds(100) || o.session_timeout > kMaxDuration)

@@ -37,6 +37,9 @@ struct remote {
 
 /// True for a key that names a Redis semaphore.
 bool is_redis_key(std::string_view key) noexcept;
+/// Semaphore::segment_path of a URL: std::invalid_argument naming it (and
+/// what is wrong with it, if it is no URL shmsem can serve).
+[[noreturn]] void no_segment_file(std::string_view key);
 
 /// Semaphore::open (permits >= 1) and attach (permits == 0) of a URL.
 std::shared_ptr<remote> open(std::string_view key, int permits, const Options& options);

@@ -77,16 +77,50 @@ std::string endpoint::where() const {
   return host + ":" + std::to_string(port);
 }
 
+std::optional<std::string> url_scheme(std::string_view key) {
+  // RFC 3986: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ), then "://".
+  const auto end = key.find("://");
+  if (end == std::string_view::npos || end == 0) return std::nullopt;
+  std::string scheme;
+  for (std::size_t i = 0; i < end; ++i) {
+    const char c = key[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    const bool other = (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+    if (!alpha && (i == 0 || !other)) return std::nullopt;
+    scheme += alpha ? static_cast<char>(c | 0x20) : c;
+  }
+  return scheme;
+}
+
 bool is_redis_url(std::string_view key) noexcept {
-  return key.starts_with(kTcp) || key.starts_with(kUnix);
+  try {
+    return url_scheme(key).has_value();
+  } catch (...) {
+    return true;  // out of memory: parse() will say so
+  }
 }
 
 url parse(std::string_view text, bool need_key) {
   url u;
-  const bool unix_socket = text.starts_with(kUnix);
-  if (!unix_socket && !text.starts_with(kTcp))
-    throw std::invalid_argument("shmsem: '" + std::string(text) +
-                                "' is not a Redis URL (redis:// or redis+unix://)");
+  const std::optional<std::string> given = url_scheme(text);
+  const bool unix_socket = given && *given + "://" == kUnix;
+  if (!unix_socket && !(given && *given + "://" == kTcp)) {
+    // Show the URL without what could be a password (a login before '@').
+    std::string shown(text);
+    if (given) {
+      const std::size_t start = given->size() + 3;
+      const std::size_t at = shown.find('@', start);
+      if (at != std::string::npos && at < shown.find('/', start))
+        shown.replace(start, at - start, "...");
+    }
+    throw std::invalid_argument(
+        "shmsem: '" + shown + "' " +
+        (given ? "is a " + *given +
+                     ":// URL, and shmsem serves only redis:// and redis+unix:// "
+                     "(a TLS server, rediss://, through a local TLS proxy or a "
+                     "unix socket: see docs/redis.md)"
+               : std::string("is not a Redis URL (redis:// or redis+unix://)")));
+  }
   const std::string_view scheme = unix_socket ? kUnix : kTcp;
   std::string_view rest = text.substr(scheme.size());
   // Until the password is found, messages show the text up to the scheme.

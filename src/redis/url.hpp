@@ -35,8 +35,13 @@ struct url {
   std::string display;  // the URL as given, without its password
 };
 
-/// True if `key` starts with redis:// or redis+unix:// (then it is never a
-/// shared-memory key).
+/// The scheme of a key that starts like a URL ("scheme://", RFC 3986
+/// letters), lower-cased; nullopt for any other key.
+std::optional<std::string> url_scheme(std::string_view key);
+
+/// True if `key` starts like a URL of any scheme (letters in any case):
+/// then it is never a shared-memory key. parse() serves redis:// and
+/// redis+unix://, and refuses the others with a message that says so.
 bool is_redis_url(std::string_view key) noexcept;
 
 /// Parses a Redis URL. Throws std::invalid_argument naming the URL (without

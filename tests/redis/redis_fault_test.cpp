@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <shmsem/shmsem.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <optional>
@@ -83,6 +84,49 @@ TEST(RedisFault, BadUrlsAreInvalidArgumentsThatNameTheUrlButNotThePassword) {
       EXPECT_EQ(what.find("secret"), std::string::npos) << what;
     }
   }
+}
+
+TEST(RedisFault, TheSchemeIsCaseInsensitive) {
+  redis_server unix_srv;
+  redis_server tcp_srv({.tcp = true});
+  const std::string unix_url = unix_srv.url(test_key());
+  const std::string tcp_url = tcp_srv.url(test_key());
+  ASSERT_TRUE(unix_url.starts_with("redis+unix://"));
+  ASSERT_TRUE(tcp_url.starts_with("redis://"));
+  for (const auto& [url, other] : {std::pair{unix_url, "Redis+Unix://" + unix_url.substr(13)},
+                                   std::pair{tcp_url, "REDIS://" + tcp_url.substr(8)}}) {
+    SCOPED_TRACE(other);
+    auto s = Semaphore::open(url, 2);
+    auto t = Semaphore::open(other, 2);
+    auto p = t.acquire();
+    EXPECT_EQ(s.used(), 1) << "the upper-case URL is not the same semaphore";
+    EXPECT_THROW(Semaphore::segment_path(other), std::invalid_argument);
+  }
+}
+
+TEST(RedisFault, AUrlOfASchemeShmsemCannotServeIsAClearErrorNotASharedMemoryKey) {
+  for (const char* key : {"rediss://user:secret@cache.example:6380/jobs", "REDISS://h/k",
+                          "http://example.com/x", "valkey+unix:///tmp/s?key=k"}) {
+    SCOPED_TRACE(key);
+    const std::string k = key;
+    const std::string scheme = k.substr(0, k.find("://"));
+    for (auto call : {+[](const std::string& x) { Semaphore::open(x, 1); },
+                      +[](const std::string& x) { Semaphore::attach(x); },
+                      +[](const std::string& x) { Semaphore::segment_path(x); }}) {
+      try {
+        call(k);
+        ADD_FAILURE() << "accepted as a key";
+      } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(scheme + "://"), std::string::npos) << what;
+        EXPECT_EQ(what.find("secret"), std::string::npos) << what;
+      }
+    }
+  }
+  const auto here = Semaphore::list();
+  EXPECT_TRUE(std::none_of(here.begin(), here.end(), [](const std::string& k) {
+    return k.find("://") != k.npos;
+  })) << "a URL became a shared-memory segment";
 }
 
 TEST(RedisFault, UnreachableServerFailsFastWithTheDriversMessage) {

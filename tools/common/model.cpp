@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,7 +17,17 @@
 namespace semtop {
 
 bool is_redis_key(std::string_view key) {
-  return key.starts_with("redis://") || key.starts_with("redis+unix://");
+  // The library's rule: any "scheme://" (RFC 3986 letters, any case) is a
+  // URL, never a shared-memory key; the library refuses the schemes it
+  // cannot serve.
+  const auto end = key.find("://");
+  if (end == std::string_view::npos || end == 0) return false;
+  for (std::size_t i = 0; i < end; ++i) {
+    const unsigned char c = static_cast<unsigned char>(key[i]);
+    if (!std::isalpha(c) && (i == 0 || !(std::isdigit(c) || c == '+' || c == '-' || c == '.')))
+      return false;
+  }
+  return true;
 }
 
 namespace {

@@ -86,7 +86,9 @@ std::string owner_text(const shmsem::SegmentOwner& o);
 /// (a CLI11 validator for --trust-owner).
 std::string check_user(const std::string& user);
 
-/// Whether `key` names a semaphore in Redis (redis://, redis+unix://).
+/// Whether `key` is a URL (any `scheme://`), which the library serves from
+/// Redis (redis://, redis+unix://, in any case) or refuses; never a
+/// shared-memory key.
 bool is_redis_key(std::string_view key);
 
 /// Reads every semaphore on the Redis server at `url` (Semaphore::list of
