@@ -498,7 +498,7 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
         return granted(h, sp, w.lease_id, n, ttl_ms, renew, sys::precise_now_ns(), true, started,
                        wakeups);
       case waiter::state::rejected:
-        fail(h, s, Reason::exceeds_capacity, n, true, started, wakeups);
+        fail(h, s, Reason::exceeds_capacity, n, true, started, wakeups, {}, nullptr, w.cap);
       case waiter::state::gone:
         if (!w.lapsed) fail(h, s, Reason::error, n, true, started, wakeups, w.error);
         if (auto why = gives_up()) fail(h, s, *why, n, true, started, wakeups);
@@ -515,6 +515,7 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
       std::lock_guard g(s.mu);
       return s.epoch;
     }();
+    int rejected_by = -1;
     try {
       const std::vector<std::string> args = {epoch,
                                              s.sid,
@@ -527,7 +528,10 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
       if (cs == "granted")
         return granted(h, sp, static_cast<std::uint64_t>(c.at(1).integer()), n, ttl_ms, renew,
                        sys::precise_now_ns(), true, started, wakeups);
-      if (cs == "rejected") reason = Reason::exceeds_capacity;
+      if (cs == "rejected") {
+        reason = Reason::exceeds_capacity;
+        rejected_by = static_cast<int>(c.at(1).integer());
+      }
       if (!c.is_error()) touched(s, sent_at);
     } catch (const io_error&) {
       // Redis cannot be told now: the keeper will, and gives back a grant.
@@ -537,7 +541,7 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
       }
       keeper::get().watch(sp);
     }
-    fail(h, s, reason, n, true, started, wakeups);
+    fail(h, s, reason, n, true, started, wakeups, {}, nullptr, rejected_by);
   }
 }
 

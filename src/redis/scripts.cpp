@@ -48,7 +48,7 @@ end
 --   lease:  sid, n, granted_us, expires_us, pid, request, host
 --   waiter: 'Q', sid, n, ttl_ms, enqueued_us, pid, request, host
 --           'G', sid, lease id, request   (granted)
---           'R', sid                      (rejected)
+--           'R', sid, capacity            (rejected)
 -- `request` is the acquire's random id, by which a caller that got no
 -- reply voids it (see void()).
 local function lease_rec(r) return split(r, 7) end
@@ -288,11 +288,12 @@ local function touch(sid, session_ms, now)
   end
 end
 
+-- The rejection carries the capacity that rejected the wait, for its message.
 local function reject(wid, sid)
-  redis.call('HSET', WAITERS, wid, 'R|' .. sid)
+  redis.call('HSET', WAITERS, wid, 'R|' .. sid .. '|' .. int(S.cap))
   dequeue(wid)
   redis.call('HINCRBY', P, 'rejected', 1)
-  note(sid, 'r' .. wid)
+  note(sid, 'r' .. wid .. ':' .. int(S.cap))
 end
 
 -- Strict FIFO: the head is granted when its whole weight fits, and nobody
@@ -563,7 +564,7 @@ for _, wid in ipairs(list(1)) do
     local kind = string.sub(r, 1, 1)
     if kind == 'Q' then s = 'q'
     elseif kind == 'G' then s = 'g' .. split(r, 4)[3]
-    elseif kind == 'R' then s = 'r' end
+    elseif kind == 'R' then s = 'r' .. (split(r, 3)[3] or '') end
   end
   waiter_status[#waiter_status + 1] = s
 end
@@ -597,7 +598,7 @@ if r then
       result = {'returned'}
     end
   elseif kind == 'R' then
-    result = {'rejected'}
+    result = {'rejected', tonumber(split(r, 3)[3]) or -1}
   else
     dequeue(wid)
     if ARGV[5] ~= '' then redis.call('HINCRBY', P, ARGV[5], 1) end

@@ -78,29 +78,34 @@ std::optional<std::uint64_t> parse_id(std::string_view s) {
 
 }  // namespace
 
-waiter_status parse_waiter_status(std::string_view st) {
-  // Whole words first: "gone" also starts with 'g', the grant's tag.
-  if (st == "gone") return {waiter_status::gone, 0};
-  if (st == "q") return {waiter_status::queued, 0};
-  if (st == "r") return {waiter_status::rejected, 0};
-  if (st.size() > 1 && st[0] == 'g')
-    if (auto id = parse_id(st.substr(1))) return {waiter_status::granted, *id};
-  return {waiter_status::unknown, 0};
+// A capacity as the scripts print it, or -1.
+static int parse_cap(std::string_view s) {
+  int v = -1;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size() && v >= 0 ? v : -1;
 }
 
-std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_wait_event(std::string_view tok) {
-  if (tok.size() < 2) return std::nullopt;
-  if (tok[0] == 'r') {
-    if (auto wid = parse_id(tok.substr(1))) return std::pair{*wid, std::uint64_t{0}};
-    return std::nullopt;
-  }
-  if (tok[0] != 'g') return std::nullopt;
+waiter_status parse_waiter_status(std::string_view st) {
+  // Whole words first: "gone" also starts with 'g', the grant's tag.
+  if (st == "gone") return {waiter_status::gone, 0, -1};
+  if (st == "q") return {waiter_status::queued, 0, -1};
+  if (st.starts_with('r')) return {waiter_status::rejected, 0, parse_cap(st.substr(1))};
+  if (st.size() > 1 && st[0] == 'g')
+    if (auto id = parse_id(st.substr(1))) return {waiter_status::granted, *id, -1};
+  return {waiter_status::unknown, 0, -1};
+}
+
+std::optional<wait_event> parse_wait_event(std::string_view tok) {
+  if (tok.size() < 2 || (tok[0] != 'g' && tok[0] != 'r')) return std::nullopt;
   const auto colon = tok.find(':');
-  if (colon == std::string_view::npos) return std::nullopt;
-  const auto wid = parse_id(tok.substr(1, colon - 1));
-  const auto id = parse_id(tok.substr(colon + 1));
-  if (!wid || !id) return std::nullopt;
-  return std::pair{*wid, *id};
+  const auto wid = parse_id(tok.substr(1, colon == std::string_view::npos ? tok.npos : colon - 1));
+  if (!wid) return std::nullopt;
+  const std::string_view after =
+      colon == std::string_view::npos ? std::string_view() : tok.substr(colon + 1);
+  if (tok[0] == 'r') return wait_event{*wid, 0, parse_cap(after)};
+  const auto id = parse_id(after);
+  if (!id) return std::nullopt;
+  return wait_event{*wid, *id, -1};
 }
 
 semaphore_state::semaphore_state(std::shared_ptr<client> c, url u)
@@ -162,12 +167,10 @@ void semaphore_state::add_waiter(waiter& w) {
   waiters[w.wid] = &w;
   auto it = early.find(w.wid);
   if (it == early.end()) return;
-  if (it->second.first == 0) {
-    w.st = waiter::state::rejected;
-  } else {
-    w.st = waiter::state::granted;
-    w.lease_id = it->second.first;
-  }
+  const wait_event& ev = it->second.ev;
+  w.st = ev.lease_id ? waiter::state::granted : waiter::state::rejected;
+  w.lease_id = ev.lease_id;
+  w.cap = ev.cap;
   early.erase(it);
 }
 
@@ -398,6 +401,7 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
               break;
             case waiter_status::rejected:
               w.st = waiter::state::rejected;
+              w.cap = got.cap;
               break;
             case waiter_status::gone:
               // Its session lapsed (it was stopped or cut off) and was
@@ -501,17 +505,17 @@ void keeper::impl::read_subscriber(subscriber& sub) {
         pos = end + 1;
         const auto ev = parse_wait_event(tok);
         if (!ev) continue;
-        const auto [wid, lease_id] = *ev;
-        auto w = s->waiters.find(wid);
+        auto w = s->waiters.find(ev->wid);
         if (w != s->waiters.end()) {
           if (w->second->st != waiter::state::waiting) continue;
-          w->second->st = lease_id ? waiter::state::granted : waiter::state::rejected;
-          w->second->lease_id = lease_id;
+          w->second->st = ev->lease_id ? waiter::state::granted : waiter::state::rejected;
+          w->second->lease_id = ev->lease_id;
+          w->second->cap = ev->cap;
         } else {
           // The acquire that queued it has not registered yet.
           std::erase_if(s->early,
-                        [&](const auto& e) { return now - e.second.second > kEarlyKeepNs; });
-          s->early[wid] = {lease_id, now};
+                        [&](const auto& e) { return now - e.second.heard > kEarlyKeepNs; });
+          s->early[ev->wid] = {*ev, now};
         }
       }
     }

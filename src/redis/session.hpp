@@ -75,19 +75,29 @@ struct waiter {
   std::uint64_t wid = 0;
   state st = state::waiting;  // under sem->mu
   std::uint64_t lease_id = 0;
+  int cap = -1;         // rejected: the capacity that rejected it, if told
   bool lapsed = false;  // gone because its session lapsed: it may start over
   std::string error;    // why it is gone
 };
 
-/// A wait's state in a renewal's reply: "q", "g<lease id>", "r" or "gone".
+/// A wait's state in a renewal's reply: "q", "g<lease id>", "r[<capacity>]"
+/// or "gone".
 struct waiter_status {
   enum kind_t { queued, granted, rejected, gone, unknown } kind;
-  std::uint64_t lease_id;
+  std::uint64_t lease_id;  // granted
+  int cap;                 // rejected: the capacity that rejected it, or -1
 };
 waiter_status parse_waiter_status(std::string_view st);
-/// A token of a session channel's message, "g<wid>:<lease id>" (granted) or
-/// "r<wid>" (rejected): {wid, lease id or 0}; nullopt for anything else.
-std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_wait_event(std::string_view tok);
+
+/// A token of a session channel's message: "g<wid>:<lease id>" (granted)
+/// or "r<wid>[:<capacity>]" (rejected).
+struct wait_event {
+  std::uint64_t wid;
+  std::uint64_t lease_id;  // 0: rejected
+  int cap;                 // rejected: the capacity that rejected it, or -1
+};
+/// nullopt for a token that is neither.
+std::optional<wait_event> parse_wait_event(std::string_view tok);
 
 /// One process's view of one semaphore, shared by its handles and permits.
 struct semaphore_state {
@@ -114,11 +124,15 @@ struct semaphore_state {
   std::int64_t touched_ns = 0;  // when the last script that renewed the session was sent
   std::vector<lease*> leases;
   std::map<std::uint64_t, waiter*> waiters;
-  std::map<std::uint64_t, std::pair<std::uint64_t, std::int64_t>> early;  // wid -> lease, heard at
-  std::vector<std::string> voided;     // acquire requests that got no reply
-  std::vector<std::string> releases;   // to retry (lease ids)
-  std::vector<std::string> abandoned;  // waits given up without telling Redis
-  std::vector<std::string> claimed;    // grants taken, whose records can go
+  struct early_event {
+    wait_event ev;
+    std::int64_t heard;
+  };
+  std::map<std::uint64_t, early_event> early;  // by wid: heard before its waiter registered
+  std::vector<std::string> voided;             // acquire requests that got no reply
+  std::vector<std::string> releases;           // to retry (lease ids)
+  std::vector<std::string> abandoned;          // waits given up without telling Redis
+  std::vector<std::string> claimed;            // grants taken, whose records can go
   int idle_watchers = 0;
   std::uint64_t events = 0;  // bumped at every pub/sub message or renewal
   bool subscribed = false;   // both channels confirmed by the server

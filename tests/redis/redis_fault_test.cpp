@@ -374,6 +374,31 @@ TEST(RedisFault, StoppedServerFailsCallsWithinTheirBudgetAndIsUsedAgainAfterward
   EXPECT_EQ(s.waiters(), 0) << "the waiter that gave up during the stop left the queue";
 }
 
+TEST(RedisFault, AWaitRejectedByAResizeNamesTheCapacityThatRejectedIt) {
+  redis_server srv;
+  const std::string url = srv.url(test_key());
+  auto s = Semaphore::open(url, 5);
+  auto held = s.acquire(3);
+  pipe_channel said;
+  child_process waiter([&] {
+    auto sem = Semaphore::open(url, 5);
+    try {
+      sem.acquire(3, {.wait_timeout = 60s});
+      said.send('p');
+    } catch (const AcquisitionError& e) {
+      const std::string what = e.what();
+      said.send(e.reason() != Reason::exceeds_capacity            ? 'x'
+                : what.find("capacity of 2") != std::string::npos ? 'y'
+                                                                  : 'n');
+    }
+    return 0;
+  });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  s.set_capacity(2);
+  EXPECT_EQ(said.receive(), 'y') << "the message names another capacity than 2";
+  EXPECT_EQ(waiter.wait(), 0);
+}
+
 // ------------------------------------------------------------- holders
 
 // A child that holds one seat of `url` until told, then reports whether it
