@@ -479,8 +479,7 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
       }
       outcome = w.st;
       s.waiters.erase(w.wid);
-      if (outcome == waiter::state::granted &&
-          sys::precise_now_ns() - s.touched_ns >= ms_ns(s.session_ms)) {
+      if (outcome == waiter::state::granted && sys::precise_now_ns() >= s.session_deadline_ns()) {
         // A grant heard after the session may have lapsed (it was published
         // while this process was stopped): the seat may be someone else's
         // by now. It goes back, if it is still ours.
@@ -1027,12 +1026,11 @@ bool is_held(const lease& cl) noexcept {
   } catch (const std::exception& e) {
     log().debug("semaphore '{}': is_held: {}", s.where.display, e.what());
   }
-  // No answer: judge by what this process knows. The session lives until
-  // at least a session timeout after the last script that renewed it.
+  // No answer: judge by what this process knows, erring towards "lost".
   std::lock_guard g(s.mu);
   const std::int64_t now = sys::precise_now_ns();
   const std::int64_t exp = l.expires_ns.load();
-  return now - s.touched_ns < ms_ns(s.session_ms) && (exp == 0 || exp > now);
+  return now < s.session_deadline_ns() && (exp == 0 || exp > now);
 }
 
 std::optional<Permit::clock::time_point> expires_at(const lease& l) noexcept {

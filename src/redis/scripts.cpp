@@ -281,7 +281,8 @@ local function touch(sid, session_ms, now)
     d = nil
   end
   -- A deadline set moments ago need not move (a tight acquire/release
-  -- loop would rewrite it at every call).
+  -- loop would rewrite it at every call). Clients count on a tenth of the
+  -- timeout here (session_deadline_ns() in session.hpp).
   local deadline = now + session_ms * 1000
   if not d or d < deadline - session_ms * 100 then
     redis.call('ZADD', SESSIONS, int(deadline), sid)

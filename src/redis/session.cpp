@@ -349,7 +349,7 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
         log().warn("semaphore '{}': cannot renew the session: {}", s.where.display, failure);
       sc.backoff_ns = next_backoff(sc.backoff_ns, ms_ns(s.session_ms) / 3);
       sc.retry_ns = now + sc.backoff_ns;
-      if (now - s.touched_ns > ms_ns(s.session_ms)) {
+      if (now >= s.session_deadline_ns()) {
         // The session has lapsed on the server by now, or will have when
         // Redis is back: what it held and queued is gone.
         const std::string why =

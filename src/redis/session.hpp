@@ -157,6 +157,13 @@ struct semaphore_state {
   void add_waiter(waiter& w);
   /// Session renewal, due checks: true if the keeper has work here. [mu held]
   bool active() const;
+  /// The earliest the session can lapse on the server, by this process's
+  /// clock: a tenth of the timeout short of touched_ns + session_ms, since
+  /// a script moves the deadline only when it is more than a tenth stale
+  /// (touch() in scripts.cpp). Past it, the seats may be another's. [mu held]
+  std::int64_t session_deadline_ns() const {
+    return touched_ns + ms_ns(session_ms) - ms_ns(session_ms) / 10;
+  }
 };
 
 void log_observer_error(const char* what) noexcept;

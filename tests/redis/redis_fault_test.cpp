@@ -8,12 +8,15 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <shmsem/shmsem.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -205,6 +208,102 @@ class fake_server {
   std::thread thread_;
   std::vector<int> clients_;
 };
+
+// A proxy on a unix socket in front of a server's unix socket, one thread
+// per direction of each connection. cut() black-holes every connection
+// (bytes are read and dropped, nothing is closed), so that one client is
+// cut off from a server that others still reach.
+class proxy {
+ public:
+  proxy(const std::string& listen_path, std::string target)
+      : path_(listen_path), target_(std::move(target)) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path_.c_str());
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    accepter_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;
+        const int u = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un t{};
+        t.sun_family = AF_UNIX;
+        std::snprintf(t.sun_path, sizeof t.sun_path, "%s", target_.c_str());
+        if (::connect(u, reinterpret_cast<sockaddr*>(&t), sizeof t) != 0) {
+          ::close(c);
+          ::close(u);
+          continue;
+        }
+        std::lock_guard g(mu_);
+        fds_.push_back(c);
+        fds_.push_back(u);
+        pumps_.emplace_back([this, c, u] { pump(c, u); });
+        pumps_.emplace_back([this, c, u] { pump(u, c); });
+      }
+    });
+  }
+  ~proxy() {
+    ::shutdown(fd_, SHUT_RDWR);
+    accepter_.join();
+    ::close(fd_);
+    {
+      std::lock_guard g(mu_);
+      for (int f : fds_) ::shutdown(f, SHUT_RDWR);
+    }
+    for (auto& t : pumps_) t.join();
+    for (int f : fds_) ::close(f);
+  }
+  std::string url(std::string_view key) const {
+    return "redis+unix://" + path_ + "?key=" + std::string(key);
+  }
+  void cut() { cut_ = true; }
+
+ private:
+  void pump(int from, int to) {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(from, buf, sizeof buf);
+      if (n <= 0) return;
+      if (cut_) continue;
+      if (::send(to, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) return;
+    }
+  }
+  std::string path_, target_;
+  int fd_ = -1;
+  std::atomic<bool> cut_{false};
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::thread accepter_;
+  std::vector<std::thread> pumps_;
+};
+
+TEST(RedisFault, ACutOffHoldersIsHeldIsFalseOnceAnotherProcessCanHaveItsSeat) {
+  redis_server srv;
+  proxy px(srv.dir() + "/proxy.sock", srv.socket_path());
+  constexpr auto kSession = 8000ms;
+  auto cut_off = Semaphore::open(px.url(test_key()), 1,
+                                 {.session_timeout = kSession, .connect_timeout = 100ms});
+  auto other = Semaphore::open(srv.url(test_key()), 1, {.session_timeout = kSession});
+  const auto granted = clk::now();
+  auto p = cut_off.acquire();
+  // A busy holder: calls made soon after the one that set the session's
+  // deadline on the server (within a tenth of the timeout) need not move
+  // it, but each is a contact with Redis.
+  while (clk::now() - granted < kSession * 8 / 100) EXPECT_FALSE(cut_off.try_acquire());
+  px.cut();
+  // The other process takes the seat as soon as the server lets it.
+  ASSERT_TRUE(eventually(
+      [&] {
+        other.reap();
+        return other.used() == 0;
+      },
+      kSession * 2));
+  auto q = other.acquire(1, {.wait_timeout = 5s});
+  EXPECT_FALSE(p.is_held()) << "the cut-off holder believes it holds a seat another process has";
+  EXPECT_GE(clk::now() - granted, kSession * 8 / 10) << "the seat was taken too early";
+}
 
 TEST(RedisFault, AServerThatIsNotRedisIsAClearErrorWithoutAHang) {
   fake_server http("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
