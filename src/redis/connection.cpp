@@ -4,11 +4,13 @@
 #include "redis/connection.hpp"
 
 #include <hiredis.h>
+#include <poll.h>
 #include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <mutex>
 
 #include "sys/clock.hpp"
 #include "sys/socket.hpp"
@@ -95,7 +97,32 @@ std::string describe(const redisContext* c, const std::error_code& code) {
   std::string text = c->errstr[0] ? c->errstr : code.message();
   if (code == std::errc::timed_out) text = "no answer in time (" + text + ")";
   if (code == std::errc::protocol_error) text += " (is it a Redis server?)";
+  if (code == std::errc::not_enough_memory) text += " (or a reply larger than shmsem accepts)";
   return text;
+}
+
+// hiredis 0.14 allocates an array's element table as soon as it reads the
+// count: a peer that announces a billion elements would make it allocate
+// gigabytes. Arrays above the cap are refused (hiredis then reports "out of
+// memory"); shmsem's largest reply, info() with a holder list, is far below.
+constexpr int kMaxReplyElements = 4 << 20;
+
+redisReplyObjectFunctions capped_functions;
+void* (*default_create_array)(const redisReadTask*, int) = nullptr;
+
+void* create_capped_array(const redisReadTask* task, int elements) {
+  if (elements > kMaxReplyElements) return nullptr;
+  return default_create_array(task, elements);
+}
+
+void cap_arrays(redisContext* c) {
+  static std::once_flag once;
+  std::call_once(once, [c] {
+    capped_functions = *c->reader->fn;
+    default_create_array = capped_functions.createArray;
+    capped_functions.createArray = &create_capped_array;
+  });
+  c->reader->fn = &capped_functions;
 }
 
 }  // namespace
@@ -113,6 +140,7 @@ std::unique_ptr<connection> connection::open(const endpoint& ep, std::int64_t de
     redisFree(c);
     throw io_error(code, text);
   }
+  cap_arrays(c);
   std::unique_ptr<connection> conn(new connection(c, ep));
   // Login, database and a PING in one round trip.
   int expected = 0;
@@ -210,15 +238,44 @@ void connection::send_queued(std::int64_t deadline_ns) {
   out_.clear();
 }
 
+void connection::check_size() {
+  const redisReader* rd = c_->reader;
+  if (rd->len - rd->pos <= kMaxReplyBytes) return;
+  broken_ = true;
+  throw io_error(std::make_error_code(std::errc::message_size),
+                 "a reply from " + ep_.where() + " is larger than " +
+                     std::to_string(kMaxReplyBytes >> 20) +
+                     " MiB, more than any shmsem asks for (is it a Redis server?)");
+}
+
 reply connection::read(std::int64_t deadline_ns) {
   if (broken_)
     throw io_error(std::make_error_code(std::errc::connection_reset),
                    "the connection to " + ep_.where() + " is broken");
   send_queued(deadline_ns);
-  void* r = nullptr;
-  errno = 0;
-  if (redisGetReply(c_, &r) != REDIS_OK || !r) fail("talking to");
-  return reply(static_cast<redisReply*>(r));
+  // hiredis's own redisGetReply() would allow every read() the whole time
+  // left, so a reply trickling in could take any time: the deadline is
+  // checked between reads here, and what is buffered is bounded.
+  for (;;) {
+    void* r = nullptr;
+    errno = 0;
+    if (redisGetReplyFromReader(c_, &r) != REDIS_OK) fail("parsing a reply from");
+    if (r) return reply(static_cast<redisReply*>(r));
+    check_size();
+    const std::int64_t left = deadline_ns - sys::precise_now_ns();
+    pollfd p{c_->fd, POLLIN, 0};
+    const int ready =
+        left <= 0 ? 0 : sys::poll_fds(&p, 1, static_cast<int>((left + 999'999) / 1'000'000));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      broken_ = true;
+      throw io_error(std::make_error_code(std::errc::timed_out),
+                     "talking to " + ep_.where() + ": no answer in time");
+    }
+    if (ready < 0) fail("waiting for");
+    errno = 0;
+    if (redisBufferRead(c_) != REDIS_OK) fail("reading from");
+  }
 }
 
 reply connection::run(const std::vector<std::string_view>& args, std::int64_t deadline_ns) {
@@ -241,6 +298,7 @@ std::vector<reply> connection::read_ready() {
     if (!r) break;
     out.emplace_back(static_cast<redisReply*>(r));
   }
+  check_size();
   return out;
 }
 

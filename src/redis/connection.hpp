@@ -59,6 +59,10 @@ class reply {
   std::shared_ptr<redisReply> r_;
 };
 
+/// The most a connection buffers for one reply: far more than any reply
+/// shmsem asks for, far less than a peer that is not Redis could make it take.
+constexpr std::size_t kMaxReplyBytes = std::size_t{64} << 20;
+
 class connection {
  public:
   /// Connects to `ep`, logs in, selects the database and checks that the
@@ -69,8 +73,10 @@ class connection {
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
 
-  /// Sends one command and reads its reply. An error reply is returned, not
-  /// thrown; an I/O failure throws io_error and breaks the connection.
+  /// Sends one command and reads its reply, all before `deadline_ns`
+  /// (however slowly the reply arrives). An error reply is returned, not
+  /// thrown; an I/O failure, a reply past the deadline or larger than
+  /// kMaxReplyBytes throws io_error and breaks the connection.
   reply run(const std::vector<std::string_view>& args, std::int64_t deadline_ns);
   /// Queues a command without sending it (pipelining).
   void append(const std::vector<std::string_view>& args);
@@ -90,6 +96,8 @@ class connection {
  private:
   connection(redisContext* c, const endpoint& ep) : c_(c), ep_(ep) {}
   void set_deadline(std::int64_t deadline_ns);
+  /// Throws io_error (message_size) if more than kMaxReplyBytes wait unparsed.
+  void check_size();
   void send_queued(std::int64_t deadline_ns);
   [[noreturn]] void fail(const char* doing);
 

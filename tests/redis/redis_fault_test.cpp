@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -239,8 +240,8 @@ class proxy {
         std::lock_guard g(mu_);
         fds_.push_back(c);
         fds_.push_back(u);
-        pumps_.emplace_back([this, c, u] { pump(c, u); });
-        pumps_.emplace_back([this, c, u] { pump(u, c); });
+        pumps_.emplace_back([this, c, u] { pump(c, u, false); });
+        pumps_.emplace_back([this, c, u] { pump(u, c, true); });
       }
     });
   }
@@ -259,20 +260,29 @@ class proxy {
     return "redis+unix://" + path_ + "?key=" + std::string(key);
   }
   void cut() { cut_ = true; }
+  /// From now on, the server's bytes reach clients one every `gap`.
+  void trickle(std::chrono::milliseconds gap) { trickle_ms_ = static_cast<int>(gap.count()); }
 
  private:
-  void pump(int from, int to) {
+  void pump(int from, int to, bool from_server) {
     char buf[4096];
     for (;;) {
       const ssize_t n = ::read(from, buf, sizeof buf);
       if (n <= 0) return;
       if (cut_) continue;
-      if (::send(to, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) return;
+      const int gap = from_server ? trickle_ms_.load() : 0;
+      for (ssize_t done = 0; done < n;) {
+        const ssize_t chunk = gap > 0 ? 1 : n - done;
+        if (gap > 0) std::this_thread::sleep_for(std::chrono::milliseconds(gap));
+        if (::send(to, buf + done, static_cast<std::size_t>(chunk), MSG_NOSIGNAL) != chunk) return;
+        done += chunk;
+      }
     }
   }
   std::string path_, target_;
   int fd_ = -1;
   std::atomic<bool> cut_{false};
+  std::atomic<int> trickle_ms_{0};
   std::mutex mu_;
   std::vector<int> fds_;
   std::thread accepter_;
@@ -330,6 +340,60 @@ TEST(RedisFault, AServerThatNeverAnswersTimesOutAtTheConnectTimeout) {
   const auto took = clk::now() - start;
   EXPECT_GE(took, 250ms);
   EXPECT_LT(took, 5s);
+}
+
+TEST(RedisFault, AReplyThatTricklesInEndsTheCallAtItsDeadline) {
+  redis_server srv;
+  proxy px(srv.dir() + "/proxy.sock", srv.socket_path());
+  auto s = Semaphore::open(px.url(test_key()), 1, {.connect_timeout = 500ms});
+  auto p = s.acquire();
+  px.trickle(100ms);  // a script's reply is tens of bytes: seconds to arrive
+  auto start = clk::now();
+  const AcquisitionError e = acquire_error(s, 1, {.wait_timeout = 0ms});
+  EXPECT_EQ(e.reason(), Reason::error) << e.what();
+  EXPECT_NE(std::string(e.what()).find("in time"), std::string::npos) << e.what();
+  EXPECT_LT(clk::now() - start, 2s) << "the call ran past its deadline";
+  start = clk::now();
+  EXPECT_THROW(p.release(), SegmentError);
+  EXPECT_LT(clk::now() - start, 2s) << "release ran past its deadline";
+}
+
+// Peak resident memory of this process, in MiB.
+long peak_rss_mib() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024;
+}
+
+TEST(RedisFault, AHugeReplyIsRefusedWithoutBufferingItOrRunningPastTheDeadline) {
+  // A peer that announces a 1 GiB string and then sends it as fast as it can.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread peer([fd] {
+    const int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return;
+    const std::string head = "$1073741824\r\n";
+    if (::send(c, head.data(), head.size(), MSG_NOSIGNAL) < 0) return;
+    const std::vector<char> zeros(1 << 20, 'x');
+    for (int i = 0; i < 1024; ++i)
+      if (::send(c, zeros.data(), zeros.size(), MSG_NOSIGNAL) < 0) break;
+    ::close(c);
+  });
+  const long before = peak_rss_mib();
+  const auto start = clk::now();
+  const std::string url = "redis://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/k";
+  EXPECT_THROW(Semaphore::open(url, 1, {.connect_timeout = 1s}), SegmentError);
+  EXPECT_LT(clk::now() - start, 3s);
+  EXPECT_LT(peak_rss_mib() - before, 300) << "MiB buffered for one reply";
+  ::shutdown(fd, SHUT_RDWR);
+  peer.join();
+  ::close(fd);
 }
 
 TEST(RedisFault, KeysOfAnotherTypeOrGarbageAreReportedAndLeftAlone) {
