@@ -171,10 +171,12 @@ TEST(RedisFault, WrongOrMissingPasswordIsAClearErrorAndTheRightOneWorks) {
 }
 
 // A TCP server on a free port that answers every connection with `reply`
-// (or with nothing, holding the connection open).
+// (or with nothing, holding the connection open), then with `filler` bytes
+// as fast as the client takes them.
 class fake_server {
  public:
-  explicit fake_server(std::string reply) : reply_(std::move(reply)) {
+  explicit fake_server(std::string reply, std::size_t filler = 0)
+      : reply_(std::move(reply)), filler_(filler) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -190,6 +192,13 @@ class fake_server {
         if (c < 0) return;
         if (!reply_.empty()) [[maybe_unused]]
           auto n = ::write(c, reply_.data(), reply_.size());
+        const std::vector<char> chunk(std::min<std::size_t>(filler_, 1 << 20), 'x');
+        for (std::size_t sent = 0; sent < filler_;) {
+          const ssize_t n =
+              ::send(c, chunk.data(), std::min(chunk.size(), filler_ - sent), MSG_NOSIGNAL);
+          if (n <= 0) break;
+          sent += static_cast<std::size_t>(n);
+        }
         clients_.push_back(c);
       }
     });
@@ -204,6 +213,7 @@ class fake_server {
 
  private:
   std::string reply_;
+  std::size_t filler_ = 0;
   int fd_ = -1;
   int port_ = 0;
   std::thread thread_;
@@ -367,33 +377,12 @@ long peak_rss_mib() {
 
 TEST(RedisFault, AHugeReplyIsRefusedWithoutBufferingItOrRunningPastTheDeadline) {
   // A peer that announces a 1 GiB string and then sends it as fast as it can.
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(fd, 4), 0);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  std::thread peer([fd] {
-    const int c = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) return;
-    const std::string head = "$1073741824\r\n";
-    if (::send(c, head.data(), head.size(), MSG_NOSIGNAL) < 0) return;
-    const std::vector<char> zeros(1 << 20, 'x');
-    for (int i = 0; i < 1024; ++i)
-      if (::send(c, zeros.data(), zeros.size(), MSG_NOSIGNAL) < 0) break;
-    ::close(c);
-  });
+  fake_server huge("$1073741824\r\n", std::size_t{1} << 30);
   const long before = peak_rss_mib();
   const auto start = clk::now();
-  const std::string url = "redis://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/k";
-  EXPECT_THROW(Semaphore::open(url, 1, {.connect_timeout = 1s}), SegmentError);
+  EXPECT_THROW(Semaphore::open(huge.url(), 1, {.connect_timeout = 1s}), SegmentError);
   EXPECT_LT(clk::now() - start, 3s);
   EXPECT_LT(peak_rss_mib() - before, 300) << "MiB buffered for one reply";
-  ::shutdown(fd, SHUT_RDWR);
-  peer.join();
-  ::close(fd);
 }
 
 TEST(RedisFault, KeysOfAnotherTypeOrGarbageAreReportedAndLeftAlone) {
