@@ -252,13 +252,26 @@ std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o
   if (st == "ok" && permits > 0 && cap != permits)
     log().warn("semaphore '{}' exists with capacity {}; open(..., {}) keeps it", u.display, cap,
                permits);
+  bool told_no_channels = true;
   {
     std::lock_guard g(s->mu);
     // After a loss of data, open()'s permits re-create the semaphore; an
     // attach() knows only the capacity it found.
     s->recreate_cap = std::max(s->recreate_cap, permits > 0 ? permits : cap);
     s->last_cap = cap;
+    if (r.at(3).is_integer() && r.at(3).integer() == 0) {
+      told_no_channels = s->no_channels;
+      s->no_channels = true;
+    }
   }
+  if (!told_no_channels)
+    log().warn(
+        "semaphore '{}': the Redis user may not use the semaphore's pub/sub channels; waiters "
+        "poll every {} ms instead of hearing their grants at once. Grant them with ACL SETUSER "
+        "<user> '&{}:ev*'",
+        u.display,
+        std::min<std::int64_t>(kPollWithoutChannelsNs / 1'000'000, o.session_timeout.count() / 3),
+        s->meta);
   saw_epoch(*s, r.at(1).str());
   auto rm = std::make_shared<remote>();
   rm->state.store(s);

@@ -160,10 +160,19 @@ local function save()
     args[#args + 1] = f == 'ew' and tostring(S.ew) or int(S[f])
   end
   if #args > 0 then redis.call('HSET', P, unpack(args)) end
+  -- Messages only hasten what the next renewal would say: a user the ACL
+  -- keeps off the channels must not make a script fail after its writes.
   if S.dirty.used and S.used == 0 and S.idlers > 0 then
-    redis.call('PUBLISH', P .. ':ev-idle', 'i')
+    redis.pcall('PUBLISH', P .. ':ev-idle', 'i')
   end
-  for sid, l in pairs(S.msgs) do redis.call('PUBLISH', P .. ':ev:' .. sid, table.concat(l, ' ')) end
+  for sid, l in pairs(S.msgs) do redis.pcall('PUBLISH', P .. ':ev:' .. sid, table.concat(l, ' ')) end
+end
+
+-- 1 if this user may use the semaphore's channels (the ACL's '&'), else 0.
+local function channels_allowed()
+  local r = redis.pcall('PUBLISH', P .. ':ev-probe', '')
+  if type(r) == 'table' and r.err then return 0 end
+  return 1
 end
 
 local function enqueue(wid) add('queued', redis.call('ZADD', QUEUE, wid, wid)) end
@@ -394,10 +403,10 @@ if st == 'absent' then
   local cap = tonumber(ARGV[1])
   if cap == 0 then return {'absent'} end
   create(cap, ARGV[2], now_us())
-  return {'created', ARGV[2], cap}
+  return {'created', ARGV[2], cap, channels_allowed()}
 end
 if st ~= 'ok' then return problem(st) end
-return {'ok', S.epoch, S.cap}
+return {'ok', S.epoch, S.cap, channels_allowed()}
 )lua";
 
 constexpr const char* kAcquire = R"lua(

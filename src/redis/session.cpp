@@ -206,6 +206,7 @@ struct subscriber {
   std::map<std::string, std::weak_ptr<semaphore_state>> by_channel;
   std::int64_t retry_ns = 0;
   std::int64_t backoff_ns = 0;
+  bool refused = false;  // a SUBSCRIBE was refused (logged once)
 };
 
 constexpr std::int64_t kMinBackoffNs = 20'000'000;
@@ -272,6 +273,8 @@ std::int64_t keeper::impl::due(semaphore_state& s, const schedule& sc, std::int6
   if (sc.retry_ns > 0) return sc.retry_ns;
   if (s.check_now || !s.releases.empty() || !s.abandoned.empty() || !s.voided.empty()) return now;
   std::int64_t d = s.touched_ns + ms_ns(s.session_ms) / 3;
+  if (s.no_channels && (!s.waiters.empty() || s.idle_watchers > 0))
+    d = std::min(d, s.touched_ns + kPollWithoutChannelsNs);
   for (const lease* l : s.leases)
     if (l->auto_renew && l->ttl_ms > 0)
       d = std::min(d, l->renewed_ns + std::max<std::int64_t>(ms_ns(l->ttl_ms) / 3, 1'000'000));
@@ -475,6 +478,14 @@ void keeper::impl::read_subscriber(subscriber& sub) {
     return;
   }
   for (const reply& m : msgs) {
+    if (m.is_error()) {
+      // SUBSCRIBE refused (an ACL without the channels): the waiters poll.
+      if (!sub.refused)
+        log().warn("Redis {}: SUBSCRIBE refused: {}; waiters learn of their grants by polling",
+                   sub.cli->seed().where(), m.str());
+      sub.refused = true;
+      continue;
+    }
     const std::string_view kind = m.at(0).str();
     const std::string channel(m.at(1).str());
     auto it = sub.by_channel.find(channel);

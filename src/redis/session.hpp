@@ -43,6 +43,10 @@ constexpr std::int64_t ms_ns(std::int64_t ms) {
   return ms * 1'000'000;
 }
 
+/// How often a waiter asks for its grant when it cannot hear it on the
+/// pub/sub channels (at most; a renewal comes sooner with a short session).
+constexpr std::int64_t kPollWithoutChannelsNs = 100'000'000;
+
 /// The Redis side of one Permit.
 struct lease {
   std::shared_ptr<semaphore_state> sem;
@@ -136,6 +140,7 @@ struct semaphore_state {
   int idle_watchers = 0;
   std::uint64_t events = 0;  // bumped at every pub/sub message or renewal
   bool subscribed = false;   // both channels confirmed by the server
+  bool no_channels = false;  // the ACL keeps this user off them: waiters poll
   bool check_now = false;    // the keeper should renew at once
   // In the keeper's list: it wakes for this state by its due time without a
   // poke (a state leaves the list only when it has nothing to keep).

@@ -7,10 +7,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <shmsem/logging.hpp>
 #include <shmsem/shmsem.hpp>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "redis_server.hpp"
@@ -549,6 +552,73 @@ TEST(RedisFault, AWaitRejectedByAResizeNamesTheCapacityThatRejectedIt) {
   s.set_capacity(2);
   EXPECT_EQ(said.receive(), 'y') << "the message names another capacity than 2";
   EXPECT_EQ(waiter.wait(), 0);
+}
+
+TEST(RedisFault, AUserWithoutChannelAccessIsToldAtOpenAndItsReleasesAndHandoffsStillWork) {
+  redis_server srv;
+  // Redis 7's default for a new ACL user: no pub/sub channels.
+  srv.cli({"ACL", "SETUSER", "nochannels", "on", ">pw", "~*", "+@all", "resetchannels"});
+  std::string url = srv.url(test_key());
+  url.insert(std::string_view("redis+unix://").size(), "nochannels:pw@");
+  std::ostringstream logs;
+  {
+    auto l = std::make_shared<spdlog::logger>(
+        "shmsem", std::make_shared<spdlog::sinks::ostream_sink_mt>(logs));
+    l->set_level(spdlog::level::info);
+    set_logger(l);
+  }
+  {
+    auto s = Semaphore::open(url, 1, {.session_timeout = 600ms});
+    auto p = s.acquire();
+    auto waiting = std::async(std::launch::async, [&] {
+      auto q = s.acquire(1, {.wait_timeout = 10s});
+      return q.is_held();
+    });
+    ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+    EXPECT_NO_THROW(p.release()) << "a release that Redis recorded was reported as failed";
+    EXPECT_TRUE(waiting.get()) << "the waiter never got the seat";
+    EXPECT_EQ(s.used(), 0);
+    EXPECT_EQ(s.stats().released, 2u);
+  }
+  set_logger(nullptr);
+  const std::string text = logs.str();
+  EXPECT_NE(text.find("channel"), std::string::npos) << text;
+  EXPECT_NE(text.find("&shmsem{"), std::string::npos)
+      << "the log does not say what to grant: " << text;
+}
+
+TEST(RedisFault, TheAclThatDocsRedisMdListsIsEnough) {
+  redis_server srv;
+  // As in docs/redis.md, "Requirements and limits".
+  srv.cli({"ACL",       "SETUSER",        "app",        "on",
+           ">pw",       "resetkeys",      "~shmsem{*",  "resetchannels",
+           "&shmsem{*", "-@all",          "+ping",      "+select",
+           "+eval",     "+evalsha",       "+subscribe", "+unsubscribe",
+           "+scan",     "+cluster|slots", "+asking",    "+time",
+           "+exists",   "+type",          "+del",       "+get",
+           "+set",      "+publish",       "+hmget",     "+hset",
+           "+hget",     "+hdel",          "+hgetall",   "+hincrby",
+           "+hlen",     "+sadd",          "+srem",      "+smembers",
+           "+zadd",     "+zrem",          "+zrange",    "+zrangebyscore",
+           "+zscore",   "+zcard"});
+  std::string url = srv.url(test_key());
+  url.insert(std::string_view("redis+unix://").size(), "app:pw@");
+  auto s = Semaphore::open(url, 1, {.session_timeout = 600ms});
+  auto p = s.acquire();
+  auto waiting = std::async(std::launch::async, [&] {
+    auto q = s.acquire(1, {.wait_timeout = 10s});
+    q.extend(5s);
+    return q.is_held();
+  });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  p.release();
+  EXPECT_TRUE(waiting.get());
+  EXPECT_EQ(s.holders().size(), 0u);
+  s.set_capacity(2);
+  EXPECT_EQ(s.reap(), 0);
+  EXPECT_EQ(s.force_release_all(), 0);
+  EXPECT_EQ(Semaphore::list(srv.server_url().insert(13, "app:pw@")).size(), 1u);
+  EXPECT_TRUE(Semaphore::remove(url));
 }
 
 // ------------------------------------------------------------- holders
