@@ -206,12 +206,17 @@ struct subscriber {
   std::map<std::string, std::weak_ptr<semaphore_state>> by_channel;
   std::int64_t retry_ns = 0;
   std::int64_t backoff_ns = 0;
-  bool refused = false;  // a SUBSCRIBE was refused (logged once)
+  bool refused = false;      // a SUBSCRIBE was refused (logged once)
+  bool probe = false;        // a message was missed: PING the connection
+  std::int64_t ping_ns = 0;  // when the unanswered PING was sent, or 0
 };
 
 constexpr std::int64_t kMinBackoffNs = 20'000'000;
 constexpr std::int64_t kMaxBackoffNs = 1'000'000'000;
 constexpr std::int64_t kEarlyKeepNs = 60'000'000'000;
+// A subscriber that does not answer a PING in this time is dead (a
+// black-holed connection never says so by itself).
+constexpr std::int64_t kPingTimeoutNs = 1'000'000'000;
 
 std::int64_t next_backoff(std::int64_t b, std::int64_t cap) {
   return std::min(std::max(kMinBackoffNs, b * 2), std::max(kMinBackoffNs, cap));
@@ -401,10 +406,12 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
             case waiter_status::granted:
               w.st = waiter::state::granted;
               w.lease_id = got.lease_id;
+              if (s.subscribed) s.missed_message = true;
               break;
             case waiter_status::rejected:
               w.st = waiter::state::rejected;
               w.cap = got.cap;
+              if (s.subscribed) s.missed_message = true;
               break;
             case waiter_status::gone:
               // Its session lapsed (it was stopped or cut off) and was
@@ -459,6 +466,8 @@ void keeper::impl::drop_subscriber(subscriber& sub, const std::string& why) {
     log().warn("Redis {}: lost the pub/sub connection: {}", sub.cli->seed().where(), why);
   sub.conn.reset();
   sub.sent.clear();
+  sub.ping_ns = 0;
+  sub.probe = false;
   sub.backoff_ns = next_backoff(sub.backoff_ns, kMaxBackoffNs);
   sub.retry_ns = sys::precise_now_ns() + sub.backoff_ns;
   // Messages may have been missed: every state on it checks at once.
@@ -487,6 +496,10 @@ void keeper::impl::read_subscriber(subscriber& sub) {
       continue;
     }
     const std::string_view kind = m.at(0).str();
+    if (kind == "pong") {
+      sub.ping_ns = 0;
+      continue;
+    }
     const std::string channel(m.at(1).str());
     auto it = sub.by_channel.find(channel);
     if (it == sub.by_channel.end()) continue;
@@ -549,6 +562,12 @@ void keeper::impl::serve_subscribers(const std::vector<std::shared_ptr<semaphore
       w.insert(s->channel);
       sub.by_channel[s->channel] = s;
     }
+    if (s->missed_message) {
+      // Only a renewal's reply told of a grant: the subscriber may be dead
+      // without knowing it. Costs a PING only after a missed message.
+      sub.probe = true;
+      s->missed_message = false;
+    }
     if (s->idle_watchers > 0) {
       w.insert(s->idle_channel);
       sub.by_channel[s->idle_channel] = s;
@@ -601,6 +620,20 @@ void keeper::impl::serve_subscribers(const std::vector<std::shared_ptr<semaphore
         drop_subscriber(sub, e.what());
       }
     }
+    if (sub.conn && sub.ping_ns != 0 && now - sub.ping_ns >= kPingTimeoutNs) {
+      drop_subscriber(sub, "no answer to a PING in " + std::to_string(kPingTimeoutNs / 1'000'000) +
+                               " ms after it missed a message");
+    } else if (sub.conn && sub.probe && sub.ping_ns == 0) {
+      try {
+        sub.conn->append({"PING"});
+        sub.conn->flush(now + kPingTimeoutNs);
+        sub.ping_ns = now;
+      } catch (const io_error& e) {
+        drop_subscriber(sub, e.what());
+      }
+    }
+    sub.probe = false;
+    if (sub.conn && sub.ping_ns != 0) wake_at = std::min(wake_at, sub.ping_ns + kPingTimeoutNs);
     if (sub.conn) {
       fds.push_back(pollfd{sub.conn->fd(), POLLIN, 0});
       owners.push_back(&sub);

@@ -141,7 +141,10 @@ struct semaphore_state {
   std::uint64_t events = 0;  // bumped at every pub/sub message or renewal
   bool subscribed = false;   // both channels confirmed by the server
   bool no_channels = false;  // the ACL keeps this user off them: waiters poll
-  bool check_now = false;    // the keeper should renew at once
+  // A renewal found a grant or rejection the subscriber should have heard:
+  // the keeper checks the subscriber's connection with a PING.
+  bool missed_message = false;
+  bool check_now = false;  // the keeper should renew at once
   // In the keeper's list: it wakes for this state by its due time without a
   // poke (a state leaves the list only when it has nothing to keep).
   bool watched = false;

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -253,8 +254,9 @@ class proxy {
         std::lock_guard g(mu_);
         fds_.push_back(c);
         fds_.push_back(u);
-        pumps_.emplace_back([this, c, u] { pump(c, u, false); });
-        pumps_.emplace_back([this, c, u] { pump(u, c, true); });
+        auto cut = cuts_.emplace_back(std::make_shared<std::atomic<bool>>(false));
+        pumps_.emplace_back([this, c, u, cut] { pump(c, u, false, *cut); });
+        pumps_.emplace_back([this, c, u, cut] { pump(u, c, true, *cut); });
       }
     });
   }
@@ -273,16 +275,21 @@ class proxy {
     return "redis+unix://" + path_ + "?key=" + std::string(key);
   }
   void cut() { cut_ = true; }
+  /// Black-holes the connections open now; later ones pass.
+  void cut_existing() {
+    std::lock_guard g(mu_);
+    for (auto& c : cuts_) *c = true;
+  }
   /// From now on, the server's bytes reach clients one every `gap`.
   void trickle(std::chrono::milliseconds gap) { trickle_ms_ = static_cast<int>(gap.count()); }
 
  private:
-  void pump(int from, int to, bool from_server) {
+  void pump(int from, int to, bool from_server, const std::atomic<bool>& cut) {
     char buf[4096];
     for (;;) {
       const ssize_t n = ::read(from, buf, sizeof buf);
       if (n <= 0) return;
-      if (cut_) continue;
+      if (cut_ || cut) continue;
       const int gap = from_server ? trickle_ms_.load() : 0;
       for (ssize_t done = 0; done < n;) {
         const ssize_t chunk = gap > 0 ? 1 : n - done;
@@ -298,6 +305,7 @@ class proxy {
   std::atomic<int> trickle_ms_{0};
   std::mutex mu_;
   std::vector<int> fds_;
+  std::vector<std::shared_ptr<std::atomic<bool>>> cuts_;
   std::thread accepter_;
   std::vector<std::thread> pumps_;
 };
@@ -326,6 +334,61 @@ TEST(RedisFault, ACutOffHoldersIsHeldIsFalseOnceAnotherProcessCanHaveItsSeat) {
   auto q = other.acquire(1, {.wait_timeout = 5s});
   EXPECT_FALSE(p.is_held()) << "the cut-off holder believes it holds a seat another process has";
   EXPECT_GE(clk::now() - granted, kSession * 8 / 10) << "the seat was taken too early";
+}
+
+// Subscribers to the session channel of semaphore `key`'s one waiting
+// process, as the server counts them (-1 if there is no such channel).
+long long session_channel_subscribers(const redis_server& srv, const std::string& key) {
+  std::string ch = srv.cli({"PUBSUB", "CHANNELS", "shmsem{" + key + "}:ev:*"});
+  while (!ch.empty() && (ch.back() == '\n' || ch.back() == '\r')) ch.pop_back();
+  if (ch.empty() || ch.find('\n') != std::string::npos) return -1;
+  std::string out = srv.cli({"PUBSUB", "NUMSUB", ch});
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return std::atol(out.substr(out.rfind('\n') + 1).c_str());
+}
+
+TEST(RedisFault, ADeadPubSubConnectionIsNoticedAndReplaced) {
+  redis_server srv;
+  proxy px(srv.dir() + "/proxy.sock", srv.socket_path());
+  const std::string key = test_key(), busy_key = test_key() + ".busy";
+  constexpr auto kSession = 15s;  // renewals every 5 s: too late to hide a lost message
+  auto holder = Semaphore::open(srv.url(key), 1);
+  auto busy = Semaphore::open(srv.url(busy_key), 1);
+  auto waiter = Semaphore::open(px.url(key), 1, {.session_timeout = kSession});
+  auto busy_waiter = Semaphore::open(px.url(busy_key), 1, {.session_timeout = kSession});
+  auto held = std::make_optional(holder.acquire());
+  auto busy_held = busy.acquire();
+  // Someone in the waiting process always waits, so its subscriber stays.
+  auto stays = std::async(std::launch::async,
+                          [&] { return busy_waiter.acquire(1, {.wait_timeout = 60s}).is_held(); });
+  pipe_channel got, again;
+  std::thread w([&] {
+    {
+      auto p = waiter.acquire(1, {.wait_timeout = 60s});
+      got.send('1');
+    }
+    again.receive(std::chrono::minutes(2));
+    auto p = waiter.acquire(1, {.wait_timeout = 60s});
+    got.send('2');
+  });
+  ASSERT_TRUE(eventually([&] { return session_channel_subscribers(srv, key) == 1; }));
+  px.cut_existing();  // the server still counts the black-holed subscriber
+  held.reset();
+  // The grant is lost on the way: the next renewal makes up for it, and
+  // tells the process its subscriber missed a message.
+  EXPECT_EQ(got.receive(std::chrono::seconds(30)), '1');
+  held.emplace(holder.acquire(1, {.wait_timeout = 10s}));
+  again.send();
+  ASSERT_TRUE(eventually([&] { return holder.waiters() == 1; }));
+  EXPECT_TRUE(eventually([&] { return session_channel_subscribers(srv, key) == 2; }))
+      << "the dead subscriber was never replaced";
+  const auto released = clk::now();
+  held.reset();
+  EXPECT_EQ(got.receive(std::chrono::seconds(30)), '2');
+  EXPECT_LT(clk::now() - released, 2s) << "the handoff waited for a renewal";
+  w.join();
+  busy_held.release();
+  EXPECT_TRUE(stays.get());
 }
 
 TEST(RedisFault, AServerThatIsNotRedisIsAClearErrorWithoutAHang) {
