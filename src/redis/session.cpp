@@ -76,14 +76,14 @@ std::optional<std::uint64_t> parse_id(std::string_view s) {
   return v;
 }
 
-}  // namespace
-
 // A capacity as the scripts print it, or -1.
-static int parse_cap(std::string_view s) {
+int parse_cap(std::string_view s) {
   int v = -1;
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
   return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size() && v >= 0 ? v : -1;
 }
+
+}  // namespace
 
 waiter_status parse_waiter_status(std::string_view st) {
   // Whole words first: "gone" also starts with 'g', the grant's tag.
