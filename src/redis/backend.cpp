@@ -492,7 +492,7 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
       }
       outcome = w.st;
       s.waiters.erase(w.wid);
-      if (outcome == waiter::state::granted && sys::precise_now_ns() >= s.session_deadline_ns()) {
+      if (outcome == waiter::state::granted && w.heard_late) {
         // A grant heard after the session may have lapsed (it was published
         // while this process was stopped): the seat may be someone else's
         // by now. It goes back, if it is still ours.

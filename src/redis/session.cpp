@@ -171,6 +171,7 @@ void semaphore_state::add_waiter(waiter& w) {
   w.st = ev.lease_id ? waiter::state::granted : waiter::state::rejected;
   w.lease_id = ev.lease_id;
   w.cap = ev.cap;
+  w.heard_late = it->second.late;
   early.erase(it);
 }
 
@@ -535,11 +536,12 @@ void keeper::impl::read_subscriber(subscriber& sub) {
           w->second->st = ev->lease_id ? waiter::state::granted : waiter::state::rejected;
           w->second->lease_id = ev->lease_id;
           w->second->cap = ev->cap;
+          w->second->heard_late = now >= s->session_deadline_ns();
         } else {
           // The acquire that queued it has not registered yet.
           std::erase_if(s->early,
                         [&](const auto& e) { return now - e.second.heard > kEarlyKeepNs; });
-          s->early[ev->wid] = {*ev, now};
+          s->early[ev->wid] = {*ev, now, now >= s->session_deadline_ns()};
         }
       }
     }

@@ -81,7 +81,10 @@ struct waiter {
   std::uint64_t lease_id = 0;
   int cap = -1;         // rejected: the capacity that rejected it, if told
   bool lapsed = false;  // gone because its session lapsed: it may start over
-  std::string error;    // why it is gone
+  // Granted by a message heard when the session may have lapsed (the
+  // process was stopped): the seat may be someone else's by now.
+  bool heard_late = false;
+  std::string error;  // why it is gone
 };
 
 /// A wait's state in a renewal's reply: "q", "g<lease id>", "r[<capacity>]"
@@ -131,6 +134,7 @@ struct semaphore_state {
   struct early_event {
     wait_event ev;
     std::int64_t heard;
+    bool late;  // heard past session_deadline_ns()
   };
   std::map<std::uint64_t, early_event> early;  // by wid: heard before its waiter registered
   std::vector<std::string> voided;             // acquire requests that got no reply
