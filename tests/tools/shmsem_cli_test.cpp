@@ -119,6 +119,75 @@ TEST(ShmsemRun, SkipExitsZeroWithoutRunning) {
   EXPECT_FALSE(exists(dir / "ran"));
 }
 
+TEST(ShmsemRun, VerboseSaysWhyItSkippedAndQuietSkipSaysNothing) {
+  unique_key key;
+  scratch_dir dir;
+  auto sem = Semaphore::open(key, 1);
+  auto p = sem.acquire();
+  auto r = run_tool(run_args(key, {"--nonblock", "--skip", "-v"}, {"touch", dir / "ran"}));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find(key.str() + ": no seat free; skipped COMMAND"), std::string::npos) << r.err;
+  r = run_tool(run_args(key, {"-w", "100ms", "--skip", "-v"}, {"touch", dir / "ran"}));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find(key.str() + ": timed out after 100ms waiting for 1 seat; skipped COMMAND"),
+            std::string::npos)
+      << r.err;
+  // What cron wants: without -v, not a word.
+  r = run_tool(run_args(key, {"--nonblock", "--skip"}, {"touch", dir / "ran"}));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.err, "");
+  EXPECT_FALSE(exists(dir / "ran"));
+}
+
+TEST(ShmsemRun, VerboseSaysTheWaitTimedOut) {
+  unique_key key;
+  auto sem = Semaphore::open(key, 1);
+  auto p = sem.acquire();
+  const auto r = run_tool(run_args(key, {"-w", "0.1", "-v"}, {"true"}));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find(key.str() + ": timed out after 100ms waiting for 1 seat"), std::string::npos)
+      << r.err;
+}
+
+TEST(ShmsemRun, AWeightAboveTheCapacityIsAUsageErrorThatSaysSo) {
+  unique_key key;
+  scratch_dir dir;
+  auto sem = Semaphore::open(key, 1);
+  const std::vector<std::vector<std::string>> ways = {
+      {}, {"--nonblock"}, {"-w", "1s"}, {"--nonblock", "--skip"}, {"-p", "1"}, {"-p", "4"}};
+  for (auto extra : ways) {
+    extra.insert(extra.end(), {"-n", "3"});
+    const auto r = run_tool(run_args(key, extra, {"touch", dir / "ran"}), 20s);
+    EXPECT_EQ(r.status, 2) << extra.front();
+    EXPECT_NE(r.err.find("-n 3"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("capacity of " + key.str() + " is 1"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(exists(dir / "ran"));
+  // A new key created with too small a capacity: the same.
+  unique_key fresh;
+  const auto r = run_tool(run_args(fresh, {"-p", "2", "-n", "3"}, {"true"}));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("capacity of " + fresh.str() + " is 2"), std::string::npos) << r.err;
+}
+
+TEST(ShmsemRun, PermitsBeyondAnExistingCapacityAreMentionedOnlyWithVerbose) {
+  unique_key key;
+  auto sem = Semaphore::open(key, 1);
+  auto r = run_tool(run_args(key, {"-p", "4"}, {"true"}));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // cron mails every byte of stderr
+  r = run_tool(run_args(key, {"-p", "4", "-v"}, {"true"}));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find(key.str() +
+                       ": exists with capacity 1; -p 4 does not change it (shmsem "
+                       "resize " +
+                       key.str() + " 4)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("set_capacity"), std::string::npos) << r.err;
+  EXPECT_EQ(sem.capacity(), 1);
+}
+
 TEST(ShmsemRun, RefusesAMissingKeyWithoutPermits) {
   unique_key key;
   const auto r = run_tool(run_args(key, {}, {"true"}));

@@ -465,6 +465,34 @@ int wait_child(pid_t pid, int signal_fd, witness& w, signal_router& router,
   }
 }
 
+std::string duration_text(std::chrono::milliseconds d) {
+  const auto ms = d.count();
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + "s" : std::to_string(ms) + "ms";
+}
+
+std::string seats_text(int n) {
+  return std::to_string(n) + (n == 1 ? " seat" : " seats");
+}
+
+// With -p, KEY is created if it does not exist; an existing one keeps its
+// capacity. It is attached first so that a -p that differs is told in this
+// tool's terms, and only with -v: a cron job or a config reload runs the
+// same line every time, and its output is mailed or logged each time.
+shmsem::Semaphore open_for_run(const run_options& o) {
+  if (!o.permits) return semtop::attach_existing(o.key, o.trust);
+  try {
+    auto sem = shmsem::Semaphore::attach(o.key, o.trust);
+    if (o.verbose && sem.capacity() != *o.permits)
+      error_message(o.key + ": exists with capacity " + std::to_string(sem.capacity()) + "; -p " +
+                    std::to_string(*o.permits) + " does not change it (shmsem resize " + o.key +
+                    " " + std::to_string(*o.permits) + ")");
+    return sem;
+  } catch (const shmsem::SegmentError& e) {
+    if (e.code() != shmsem::errc::not_found) throw;
+  }
+  return shmsem::Semaphore::open(o.key, *o.permits, o.trust);
+}
+
 int run(const run_options& o) {
   std::optional<std::chrono::milliseconds> wait, ttl;
   if (!o.wait.empty() && !(wait = parse_duration(o.wait))) {
@@ -488,8 +516,15 @@ int run(const run_options& o) {
   const sigset_t pass_on = signals_to_pass_on();
   // Forked before the library starts any thread.
   witness w(pass_on);
-  auto sem = o.permits ? shmsem::Semaphore::open(o.key, *o.permits, o.trust)
-                       : semtop::attach_existing(o.key, o.trust);
+  auto sem = open_for_run(o);
+  if (o.weight > sem.capacity()) {
+    // No wait, however long, can end in a seat: a mistake to show, even
+    // under --skip, rather than a conflict to skip quietly.
+    error_message("run: -n " + std::to_string(o.weight) + " can never succeed: the capacity of " +
+                  o.key + " is " + std::to_string(sem.capacity()) + " (shmsem resize " + o.key +
+                  " " + std::to_string(o.weight) + " to grow it)");
+    return kUsage;
+  }
   shmsem::AcquireOptions ao;
   if (ttl) ao.ttl = *ttl;
   if (o.auto_renew) ao.auto_renew = true;
@@ -497,7 +532,7 @@ int run(const run_options& o) {
   std::string why = "no seat free";
   if (o.nonblock) {
     permit = sem.try_acquire(o.weight, ao);
-    if (!permit && o.weight > sem.capacity()) why = "weight exceeds the capacity";
+    if (!permit && o.weight > sem.capacity()) why = "the capacity shrank below -n";
   } else {
     if (wait) ao.wait_timeout = *wait;
     try {
@@ -505,13 +540,14 @@ int run(const run_options& o) {
     } catch (const shmsem::AcquisitionError& e) {
       if (e.reason() == shmsem::Reason::error) throw;
       why = shmsem::to_string(e.reason());
-      if (e.reason() == shmsem::Reason::exceeds_capacity) why = "weight exceeds the capacity";
+      if (e.reason() == shmsem::Reason::timeout && wait)
+        why = "timed out after " + duration_text(*wait) + " waiting for " + seats_text(o.weight);
+      if (e.reason() == shmsem::Reason::exceeds_capacity) why = "the capacity shrank below -n";
     }
   }
   if (!permit) {
-    if (o.skip) return kOk;
-    if (o.verbose) error_message(o.key + ": " + why);
-    return o.conflict_code;
+    if (o.verbose) error_message(o.key + ": " + why + (o.skip ? "; skipped COMMAND" : ""));
+    return o.skip ? kOk : o.conflict_code;
   }
   if (o.verbose) error_message(o.key + ": got " + std::to_string(o.weight) + " seat(s)");
 
@@ -616,7 +652,9 @@ void add_run_command(CLI::App& app, int& result) {
   cmd->add_option("-E,--conflict-exit-code", o->conflict_code,
                   "Exit code when no seat can be had (default 1)")
       ->check(CLI::Range(0, 255));
-  cmd->add_flag("-v,--verbose", o->verbose, "Say on stderr when the seat is taken or refused");
+  cmd->add_flag("-v,--verbose", o->verbose,
+                "Say on stderr when the seats are taken, or why not (and if COMMAND was skipped), "
+                "when -p differs from the capacity, and what became of each signal");
   cmd->add_flag("--close-token", o->close_token,
                 "Do not pass COMMAND the descriptor that holds the seat: the seat is then held "
                 "only while shmsem run and COMMAND live, not by processes COMMAND leaves behind");
