@@ -10,6 +10,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 namespace {
 
@@ -65,6 +67,14 @@ class semtop_runner {
 std::string semtop_line(const std::string& args) {
   static semtop_runner runner;
   return runner.line(args);
+}
+
+// The columns a captured line takes: its UTF-8 code points (an elided key
+// holds a three-byte ellipsis).
+int columns(const std::string& line) {
+  int n = 0;
+  for (const unsigned char c : line) n += (c & 0xC0) != 0x80;
+  return n;
 }
 
 // After semtop ended: its exit status is shown and the terminal is sane.
@@ -175,7 +185,7 @@ TEST(SemtopTmux, RedrawsForTheNewSizeOnResize) {
   }));
   EXPECT_NE(t.capture_text().find("USED/CAP"), std::string::npos) << t.capture_text();
   EXPECT_NE(t.capture_text().find("0/4"), std::string::npos) << t.capture_text();
-  for (const auto& l : t.capture()) EXPECT_LE(l.size(), 90u) << l;
+  for (const auto& l : t.capture()) EXPECT_LE(columns(l), 90) << l;
   t.send_keys({"q"});
   expect_terminal_restored(t, "EXIT=0");
 }
@@ -229,5 +239,101 @@ TEST(SemtopTmux, HelpListsTheKeys) {
   t.send_keys({"F10"});
   expect_terminal_restored(t, "EXIT=0");
 }
+
+// ------------------------------------------------------- small terminals
+
+// The pane lines that contain `text`.
+std::vector<std::string> lines_with(const tmux_session& t, const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& l : t.capture())
+    if (l.find(text) != std::string::npos) out.push_back(l);
+  return out;
+}
+
+class SemtopSmallTerminal : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+// Two keys that differ only at the end stay two keys: the KEY column
+// elides the middle, not the tail.
+TEST_P(SemtopSmallTerminal, KeysThatDifferAtTheEndStayDistinguishable) {
+  const auto [width, height] = GetParam();
+  unique_key primary("svc.backend.primary"), replica("svc.backend.replica");
+  auto a = Semaphore::open(primary, 1);
+  auto b = Semaphore::open(replica, 1);
+  tmux_session t(width, height);
+  t.type_line(semtop_line("--filter " + own_prefix()));
+  ASSERT_TRUE(t.wait_for("USED/CAP"));
+  // At 60 columns KEY has 8: "te…imary".
+  ASSERT_TRUE(t.wait_for("mary ")) << "the differing tail of the key is cut off";
+  ASSERT_TRUE(t.wait_for("lica "));
+  const auto p = lines_with(t, "mary "), r = lines_with(t, "lica ");
+  ASSERT_EQ(p.size(), 1u) << t.capture_text();
+  ASSERT_EQ(r.size(), 1u) << t.capture_text();
+  // The elision is marked, and the figures still follow the key.
+  EXPECT_NE(p[0].find("\u2026"), std::string::npos) << p[0];
+  EXPECT_NE(p[0].find("0/1"), std::string::npos) << p[0];
+  for (const auto& l : t.capture()) EXPECT_LE(columns(l), width) << l;
+  t.send_keys({"q"});
+  expect_terminal_restored(t, "EXIT=0");
+}
+
+// A dead holder must be told from a live one in the holder view.
+TEST_P(SemtopSmallTerminal, HolderStateStaysReadable) {
+  const auto [width, height] = GetParam();
+  unique_key key;
+  seat_holder alive(key.str(), 2, 1);
+  seat_holder doomed(key.str(), 2, 1);
+  doomed.proc.kill(SIGKILL);
+  doomed.finished = true;
+  tmux_session t(width, height);
+  t.type_line(semtop_line("--filter " + key.str()));
+  ASSERT_TRUE(t.wait_for("2/2"));
+  t.send_keys({"Enter"});
+  ASSERT_TRUE(t.wait_for("STATE"));
+  EXPECT_TRUE(t.wait_for("alive"));
+  EXPECT_TRUE(t.wait_for("dead"));
+  const auto live = lines_with(t, std::to_string(alive.proc.pid()));
+  ASSERT_EQ(live.size(), 1u) << t.capture_text();
+  EXPECT_NE(live[0].find("alive"), std::string::npos) << live[0];
+  t.send_keys({"q"});
+  expect_terminal_restored(t, "EXIT=0");
+  EXPECT_TRUE(alive.finish());
+}
+
+// Every word of the help is shown whole, and all of it can be reached.
+TEST_P(SemtopSmallTerminal, HelpWrapsWithoutCuttingWords) {
+  const auto [width, height] = GetParam();
+  tmux_session t(width, height);
+  t.type_line(semtop_line("--filter " + own_prefix()));
+  ASSERT_TRUE(t.wait_for("USED/CAP"));
+  t.send_keys({"h"});
+  ASSERT_TRUE(t.wait_for("cycle the sort"));
+  std::string seen;
+  // Scroll to the end, collecting what was shown.
+  for (int i = 0; i < 40; ++i) {
+    seen += t.capture_text();
+    if (seen.find("any other key returns") != std::string::npos) break;
+    t.send_keys({"Down"});
+  }
+  EXPECT_NE(seen.find("any other key returns"), std::string::npos) << seen;
+  // Words that sat at the right edge of an 80-column line: each shows whole.
+  std::set<std::string> words;
+  std::istringstream in(seen);
+  for (std::string w; in >> w;) words.insert(w);
+  for (const char* word :
+       {"y/N)", "used/capacity;", "timeouts", "creation;", "header's", "made", "key."})
+    EXPECT_TRUE(words.count(word)) << word << "\n" << seen;
+  for (const auto& l : t.capture()) EXPECT_LE(columns(l), width) << l;
+  t.send_keys({"Escape"});
+  ASSERT_TRUE(t.wait_for("USED/CAP"));
+  t.send_keys({"q"});
+  expect_terminal_restored(t, "EXIT=0");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, SemtopSmallTerminal,
+                         ::testing::Values(std::make_pair(80, 24), std::make_pair(60, 20)),
+                         [](const auto& info) {
+                           return std::to_string(info.param.first) + "x" +
+                                  std::to_string(info.param.second);
+                         });
 
 }  // namespace

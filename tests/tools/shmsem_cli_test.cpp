@@ -495,6 +495,35 @@ TEST(ShmsemInspect, LsShowsEachSemaphoreAndACorruptOne) {
   EXPECT_NE(bad_line.find("corrupt"), std::string::npos) << r.out;
 }
 
+TEST(ShmsemInspect, LsWidensOnlyTheRowOfAVeryLongKey) {
+  // A key as short as real ones are (unique_key's hold the test's name).
+  struct short_key {
+    std::string str_ = "t" + std::to_string(::getpid()) + ".ls";
+    short_key() { Semaphore::remove(str_); }
+    ~short_key() { Semaphore::remove(str_); }
+    const std::string& str() const { return str_; }
+  } a;
+  unique_key long_key(std::string(150, 'k'));
+  auto s1 = Semaphore::open(a.str(), 4);
+  auto s2 = Semaphore::open(long_key, 2);
+  const auto r = shmsem_cli({"ls"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::string a_line, long_line, titles;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind(a.str() + " ", 0) == 0) a_line = l;
+    if (l.rfind(long_key.str() + " ", 0) == 0) long_line = l;
+    if (l.rfind("KEY", 0) == 0) titles = l;
+  }
+  ASSERT_FALSE(a_line.empty()) << r.out;
+  ASSERT_FALSE(long_line.empty()) << "the long key is shown whole\n" << r.out;
+  EXPECT_NE(long_line.find("0/2"), std::string::npos) << long_line;
+  // The other rows keep the width of the titles, far below the long key's.
+  EXPECT_EQ(a_line.size(), titles.size()) << a_line << "\n" << titles;
+  EXPECT_LT(titles.size(), long_key.str().size()) << titles;
+  EXPECT_EQ(a_line.find("0/4"), titles.find("USED/CAP") + 5) << a_line << "\n" << titles;
+}
+
 TEST(ShmsemInspect, LsJsonParsesBack) {
   unique_key a;
   auto sem = Semaphore::open(a, 5);

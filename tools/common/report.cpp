@@ -24,10 +24,10 @@ double seconds(clock::duration d) {
 
 void pad_right(std::ostream& out, const std::string& s, std::size_t w) {
   out << s;
-  for (std::size_t i = s.size(); i < w; ++i) out << ' ';
+  for (auto i = static_cast<std::size_t>(text_width(s)); i < w; ++i) out << ' ';
 }
 void pad_left(std::ostream& out, const std::string& s, std::size_t w) {
-  for (std::size_t i = s.size(); i < w; ++i) out << ' ';
+  for (auto i = static_cast<std::size_t>(text_width(s)); i < w; ++i) out << ' ';
   out << s;
 }
 
@@ -198,6 +198,33 @@ std::string mode_cell(unsigned mode) {
   return buf;
 }
 
+int text_width(std::string_view text) {
+  int n = 0;
+  for (const unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::string head_columns(std::string_view text, int width) {
+  std::size_t i = 0;
+  for (int n = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80 && n++ == width) break;
+  }
+  return std::string(text.substr(0, i));
+}
+
+std::string elide_middle(std::string_view text, int width, std::string_view mark) {
+  const int have = text_width(text);
+  if (have <= width) return std::string(text);
+  const int mark_w = text_width(mark);
+  if (width <= mark_w) return head_columns(text, width);
+  // Keys tend to differ at the end (replicas, tenants, shards): keep more of it.
+  const int head = (width - mark_w) / 3;
+  const int tail = width - mark_w - head;
+  const std::string start = head_columns(text, head);
+  const std::string skipped = head_columns(text, have - tail);
+  return start + std::string(mark) + std::string(text.substr(skipped.size()));
+}
+
 std::string describe_user(const shmsem::SegmentUser& u) {
   std::string s = (u.pid > 0 ? "pid " + std::to_string(u.pid) : std::string("a process")) + " (" +
                   printable(u.command.empty() ? "?" : u.command) + ")";
@@ -307,11 +334,25 @@ holder_cells cells(const shmsem::Holder& h, clock::time_point now) {
   return c;
 }
 
+std::size_t key_column_width(const std::vector<row>& rows) {
+  // Only the keys that fit in kMaxKeyColumn set the width: a longer key is
+  // shown whole (scripts match it) and pushes only its own row's figures
+  // to the right, instead of every row's. When every key is longer, the
+  // shortest sets it, so that a table of one long key stays aligned.
+  constexpr std::size_t kMaxKeyColumn = 40;
+  std::size_t kw = 3, shortest = SIZE_MAX;
+  for (const auto& r : rows) {
+    const auto w = static_cast<std::size_t>(text_width(printable(r.key)));
+    if (w <= kMaxKeyColumn) kw = std::max(kw, w);
+    shortest = std::min(shortest, w);
+  }
+  return shortest != SIZE_MAX && shortest > kMaxKeyColumn ? shortest : kw;
+}
+
 void print_table(std::ostream& out, const model& m, const std::string& host, bool with_header) {
   const auto rows = m.rows();
   if (with_header) out << header_line(m.sum(), host) << " - sort " << to_string(m.sort()) << "\n";
-  std::size_t kw = 3;
-  for (const auto& r : rows) kw = std::max(kw, printable(r.key).size());
+  const std::size_t kw = key_column_width(rows);
   const auto t = column_titles();
   constexpr int kBar = 20;
   pad_right(out, t.key, kw);

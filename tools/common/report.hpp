@@ -21,6 +21,19 @@ namespace semtop {
 /// sequences to the operator's terminal (0x9B and U+009B are CSI to some).
 std::string printable(std::string_view text);
 
+/// The columns `text` takes on a terminal: its UTF-8 code points (every
+/// key is made printable first, so no control character is left to count).
+int text_width(std::string_view text);
+
+/// The first `width` columns of `text` (cut at a code point boundary).
+std::string head_columns(std::string_view text, int width);
+
+/// `text` cut to at most `width` columns by replacing its middle with
+/// `mark`: the start, then the mark, then the longer end, so keys that
+/// differ only at the end ("svc.backend.primary", "svc.backend.replica")
+/// stay apart. Unchanged when it fits.
+std::string elide_middle(std::string_view text, int width, std::string_view mark = "\u2026");
+
 /// True if `text` is valid UTF-8.
 bool valid_utf8(std::string_view text);
 
@@ -55,7 +68,12 @@ struct holder_cells {
 holder_cells cells(const shmsem::Holder& h, clock::time_point now);
 holder_cells holder_titles();
 
-/// The table as plain text (semtop --once, shmsem ls): header, titles, rows.
+/// The width of the KEY column of a plain-text table: the longest key of at
+/// most 40 columns (at least 3), or the shortest key when every one is
+/// longer. A longer key overflows its own row only.
+std::size_t key_column_width(const std::vector<row>& rows);
+
+/// The table as plain text (semtop --once): header, titles, rows.
 void print_table(std::ostream& out, const model& m, const std::string& host, bool with_header);
 
 /// The owner column: the user name, or the uid when it has none.

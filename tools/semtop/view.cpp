@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <vector>
 
 namespace semtop {
 namespace {
@@ -25,21 +28,55 @@ constexpr int kFixedW =
 // Owner and mode follow; a narrow terminal cuts them off rather than the figures.
 constexpr int kOwnerW = 10, kModeW = 4;
 
+// The mark of an elided key: an ellipsis where the terminal takes UTF-8
+// (ncursesw with a UTF-8 locale), else "~", one column either way.
+const char* ellipsis() {
+  static const char* const mark = MB_CUR_MAX > 1 ? "\u2026" : "~";
+  return mark;
+}
+
 // Everything drawn goes through here, made printable (keys may hold
-// control characters).
+// control characters), and cut at the right edge by columns, not bytes.
 void put(int y, int x, const std::string& s, attr_t attr = A_NORMAL) {
   if (y < 0 || y >= LINES || x >= COLS) return;
+  const std::string text = head_columns(printable(s), std::max(0, COLS - x));
   attron(attr);
-  mvaddnstr(y, x, printable(s).c_str(), std::max(0, COLS - x));
+  mvaddstr(y, x, text.c_str());
   attroff(attr);
 }
 
 std::string fit(const std::string& s, int w, bool right = false) {
   if (w <= 0) return {};
-  std::string out = s.size() > static_cast<std::size_t>(w) ? s.substr(0, w) : s;
-  if (static_cast<int>(out.size()) < w) {
-    const std::string pad(static_cast<std::size_t>(w) - out.size(), ' ');
+  std::string out = head_columns(s, w);
+  if (const int have = text_width(out); have < w) {
+    const std::string pad(static_cast<std::size_t>(w - have), ' ');
     out = right ? pad + out : out + pad;
+  }
+  return out;
+}
+
+// The help, word-wrapped to `width`. A key binding's description wraps
+// under the description; prose wraps to the left margin.
+std::vector<std::string> wrap_help(const std::vector<std::string>& text, int width) {
+  constexpr std::size_t kDescriptionAt = 16;
+  std::vector<std::string> out;
+  for (const std::string& line : text) {
+    const bool binding = line.rfind("  ", 0) == 0 && line.size() > kDescriptionAt;
+    const std::size_t margin = binding ? kDescriptionAt : 0;
+    std::string current = line.substr(0, margin);
+    bool no_word = true;  // on `current` yet
+    std::istringstream words(line.substr(margin));
+    for (std::string word; words >> word;) {
+      if (!no_word && static_cast<int>(current.size() + 1 + word.size()) > width) {
+        out.push_back(current);
+        current.assign(margin, ' ');
+        no_word = true;
+      }
+      if (!no_word) current += ' ';
+      current += word;
+      no_word = false;
+    }
+    out.push_back(current);
   }
   return out;
 }
@@ -106,10 +143,13 @@ void view::draw() {
 void view::draw_table(int top) {
   const auto rows = model_.rows();
   const auto titles = column_titles();
-  // KEY gets what it needs (at least 8), the bar what is left (at most 20).
+  // KEY gets what it needs (at least 8) before the bar gets any room (at
+  // most 20), up to 24 columns: a key tells the rows apart, the bar only
+  // repeats UTIL%. The bar's leftover goes back to KEY.
   std::size_t longest = 3;
-  for (const auto& r : rows) longest = std::max(longest, printable(r.key).size());
-  int key_w = std::max(8, std::min(static_cast<int>(longest), COLS - kFixedW - 24));
+  for (const auto& r : rows)
+    longest = std::max(longest, static_cast<std::size_t>(text_width(printable(r.key))));
+  int key_w = std::max(8, std::min({static_cast<int>(longest), 24, COLS - kFixedW}));
   int bar_w = std::clamp(COLS - kFixedW - key_w - 1 - 2, 0, 20);
   if (bar_w < 5) bar_w = 0;
   key_w =
@@ -149,7 +189,8 @@ void view::draw_table(int top) {
     int x = 0;
     const attr_t bad = base | A_BOLD | (colors_ ? COLOR_PAIR(kPairBad) : A_NORMAL);
     // Another user's claims, not facts this user relies on: the key says so.
-    put(y, x, fit(c.key, key_w), r.untrusted() || r.split_processes() ? bad : base);
+    put(y, x, fit(elide_middle(c.key, key_w, ellipsis()), key_w),
+        r.untrusted() || r.split_processes() ? bad : base);
     x += key_w + 1;
     if (!r.ok()) {
       std::string text = r.error;
@@ -205,14 +246,22 @@ void view::draw_holders(int top) {
   if (!c.note.empty()) title += "   " + c.note;
   put(top, 0, title, A_BOLD);
   const auto t = holder_titles();
-  auto format = [](const holder_cells& c) {
-    return fit(c.host, 16) + " " + fit(c.pid, 8, true) + "  " + fit(c.command, 24) + " " +
-           fit(c.weight, 6, true) + " " + fit(c.held_for, 8, true) + " " +
-           fit(c.ttl_left, 9, true) + "  " + c.state;
+  const auto now = model_.updated_at();
+  // What tells the holders apart comes first, so that a narrow terminal
+  // cuts off the host and the command, never the state (dead or alive).
+  int state_w = text_width(t.state), host_w = text_width(t.host);
+  for (const auto& h : s.holders) {
+    const auto c = cells(h, now);
+    state_w = std::max(state_w, text_width(c.state));
+    host_w = std::min(16, std::max(host_w, text_width(c.host)));
+  }
+  auto format = [&](const holder_cells& c) {
+    return fit(c.pid, 8, true) + "  " + fit(c.state, state_w) + " " + fit(c.weight, 6, true) + " " +
+           fit(c.held_for, 8, true) + " " + fit(c.ttl_left, 9, true) + "  " + fit(c.host, host_w) +
+           "  " + c.command;
   };
   fill_line(top + 1, title_attr);
   put(top + 1, 0, format(t), title_attr);
-  const auto now = model_.updated_at();
   int y = top + 2;
   if (s.holders.empty()) put(y, 0, "no seat is held");
   for (const auto& h : s.holders) {
@@ -226,7 +275,7 @@ void view::draw_holders(int top) {
 }
 
 void view::draw_help(int top) {
-  static const char* const kLines[] = {
+  static const std::vector<std::string> kLines = {
       "semtop: live view of the shmsem semaphores of this host",
       "",
       "  q, F10        quit",
@@ -239,20 +288,27 @@ void view::draw_help(int top) {
       "  D             force-release every seat of the selected semaphore (asks y/N)",
       "  h, ?          this help",
       "",
-      "Columns: USED/CAP seats in use of capacity; WAIT blocked acquirers; UTIL% used/capacity;",
-      "EWMA smoothed utilization (half-life 10s); ACQ/s and TMO/s acquisitions and timeouts",
-      "per second; DEAD/EXP leases reclaimed from dead holders / expired TTLs since creation;",
-      "OLDEST age of the oldest lease; OWNER and MODE of the segment file. The header's",
+      // Paragraphs: wrap_help() breaks them to the terminal's width.
+      "Columns: USED/CAP seats in use of capacity; WAIT blocked acquirers; UTIL% used/capacity; "
+      "EWMA smoothed utilization (half-life 10s); ACQ/s and TMO/s acquisitions and timeouts "
+      "per second; DEAD/EXP leases reclaimed from dead holders / expired TTLs since creation; "
+      "OLDEST age of the oldest lease; OWNER and MODE of the segment file. The header's "
       "\"reclaimed\" counts seats reclaimed during the last interval.",
-      "\"untrusted owner\": this user's programs would refuse the segment (another user made",
+      "",
+      "\"untrusted owner\": this user's programs would refuse the segment (another user made "
       "it; --trust-owner USER if that is meant); its figures are that user's claims.",
       "\"split\": processes still use a removed copy of the semaphore: two bounds, one key.",
-      "",
-      "Press any key to return.",
   };
-  int y = top;
-  for (const char* l : kLines) put(y++, 0, l);
-  if (readonly_) put(y + 1, 0, "Read-only mode: r and D are disabled.", A_BOLD);
+  std::vector<std::string> lines = wrap_help(kLines, COLS);
+  if (readonly_) lines.insert(lines.begin() + 1, "Read-only mode: r and D are disabled.");
+  lines.push_back("");
+  lines.push_back("Up/Down scroll this help; any other key returns.");
+  // What does not fit scrolls (a small terminal, or a narrow one that wrapped much).
+  const int visible = std::max(1, LINES - top - 1);
+  help_scroll_ = std::clamp(help_scroll_, 0, std::max(0, static_cast<int>(lines.size()) - visible));
+  for (int i = 0; i < visible && help_scroll_ + i < static_cast<int>(lines.size()); ++i)
+    put(top + i, 0, lines[help_scroll_ + i],
+        readonly_ && help_scroll_ + i == 1 ? A_BOLD : A_NORMAL);
 }
 
 void view::draw_footer() {
@@ -274,7 +330,9 @@ void view::draw_footer() {
   }
   curs_set(0);
   std::string keys;
-  if (screen_ == screen::holders)
+  if (screen_ == screen::help)
+    keys = "Up/Down scroll  q quit  any other key: back";
+  else if (screen_ == screen::holders)
     keys = "Esc back  q quit  h help";
   else if (readonly_)
     keys = "q quit  Enter holders  s sort  / filter  h help";
@@ -324,6 +382,23 @@ key_result view::handle_key(int ch) {
   const bool had_message = !message_.empty();
   message_.clear();
   if (screen_ == screen::help) {
+    switch (ch) {
+      case KEY_UP:
+      case 'k':
+        --help_scroll_;
+        return res;
+      case KEY_DOWN:
+      case 'j':
+        ++help_scroll_;  // draw_help() clamps it
+        return res;
+      case KEY_PPAGE:
+        help_scroll_ -= std::max(1, LINES - 4);
+        return res;
+      case KEY_NPAGE:
+      case ' ':
+        help_scroll_ += std::max(1, LINES - 4);
+        return res;
+    }
     screen_ = screen::table;
     if (ch == 'q' || ch == KEY_F(10)) res.quit = true;
     return res;
@@ -395,6 +470,7 @@ key_result view::handle_key(int ch) {
     case 'h':
     case '?':
       screen_ = screen::help;
+      help_scroll_ = 0;
       break;
     case kCtrlL:
       clearok(curscr, TRUE);

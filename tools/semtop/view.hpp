@@ -55,6 +55,7 @@ class view {
   std::string drain_key_;
   std::string message_;
   int scroll_ = 0;
+  int help_scroll_ = 0;  // first line of the help shown
 };
 
 }  // namespace semtop

@@ -33,9 +33,7 @@ int ls(bool json, const shmsem::Options& trust, const std::string& server) {
     std::cout << semtop::dump_json(arr) << "\n";
     return kOk;
   }
-  std::size_t kw = 3;
-  for (const auto& r : rows) kw = std::max(kw, semtop::printable(r.key).size());
-  const int w = static_cast<int>(kw);
+  const int w = static_cast<int>(semtop::key_column_width(rows));
   std::printf("%-*s %11s %5s %5s %5s %7s %7s  %-10s %-4s\n", w, "KEY", "USED/CAP", "WAIT", "UTIL%",
               "EWMA", "HOLDERS", "OLDEST", "OWNER", "MODE");
   for (const auto& r : rows) {
