@@ -467,6 +467,37 @@ TEST(ShmsemRun, AutoRenewKeepsAShortTtlAlive) {
   EXPECT_EQ(Semaphore::attach(key).stats().expired, 0u);
 }
 
+// A cron job or a shell loop pays this on every job: when COMMAND leaves no
+// process behind, `shmsem run` must not read every process's descriptors
+// (/proc/PID/fd of the whole host) to look for holders of its token.
+TEST(ShmsemRun, ReadsNoOtherProcessWhenTheCommandLeavesNoneBehind) {
+  if (::access("/usr/bin/strace", X_OK) != 0) {
+    const char* ci = std::getenv("CI");
+    if (ci && std::string(ci) == "true")
+      FAIL() << "strace is missing (scripts/deps.sh installs it)";
+    GTEST_SKIP() << "strace is not installed (apt-get install strace); on CI this fails instead";
+  }
+  unique_key key;
+  scratch_dir dir;
+  const std::string trace = dir / "trace";
+  const auto r = run_tool({"strace", "-f", "-qq", "-E", "ASAN_OPTIONS=detect_leaks=0", "-o", trace,
+                           "-e", "trace=openat,readlinkat,getdents64", SHMSEM_BIN, "run", key.str(),
+                           "-p", "1", "--", "true"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(trace);
+  const std::string self = "/proc/self/";
+  int foreign = 0;
+  std::string example;
+  for (std::string l; std::getline(in, l);) {
+    const auto at = l.find("\"/proc/");
+    if (at == std::string::npos || l.compare(at + 1, self.size(), self) == 0) continue;
+    // /proc/<a pid of the traced tree> is its own business; /proc/<pid>/fd of others is not.
+    if (l.find("/fd") != std::string::npos && ++foreign == 1) example = l;
+  }
+  EXPECT_EQ(foreign, 0) << "e.g. " << example;
+  EXPECT_EQ(Semaphore::attach(key).used(), 0);
+}
+
 TEST(ShmsemRun, BadDurationIsAUsageError) {
   unique_key key;
   EXPECT_EQ(run_tool(run_args(key, {"-p", "1", "-w", "soon"}, {"true"})).status, 2);
