@@ -55,6 +55,17 @@ bool exists(const std::string& path) {
   return ::access(path.c_str(), F_OK) == 0;
 }
 
+// The tests that look at a tool's system calls need strace: a failure on CI,
+// a skip elsewhere.
+#define REQUIRE_STRACE()                                                                  \
+  if (::access("/usr/bin/strace", X_OK) != 0) {                                           \
+    const char* ci = std::getenv("CI");                                                   \
+    if (ci && std::string(ci) == "true")                                                  \
+      FAIL() << "strace is missing (scripts/deps.sh installs it)";                        \
+    GTEST_SKIP() << "strace is not installed (apt-get install strace); on CI this fails " \
+                    "instead";                                                            \
+  }
+
 // ------------------------------------------------------------------ run
 
 TEST(ShmsemRun, ExitsWithTheCommandsStatusAndReleasesTheSeat) {
@@ -471,12 +482,7 @@ TEST(ShmsemRun, AutoRenewKeepsAShortTtlAlive) {
 // process behind, `shmsem run` must not read every process's descriptors
 // (/proc/PID/fd of the whole host) to look for holders of its token.
 TEST(ShmsemRun, ReadsNoOtherProcessWhenTheCommandLeavesNoneBehind) {
-  if (::access("/usr/bin/strace", X_OK) != 0) {
-    const char* ci = std::getenv("CI");
-    if (ci && std::string(ci) == "true")
-      FAIL() << "strace is missing (scripts/deps.sh installs it)";
-    GTEST_SKIP() << "strace is not installed (apt-get install strace); on CI this fails instead";
-  }
+  REQUIRE_STRACE();
   unique_key key;
   scratch_dir dir;
   const std::string trace = dir / "trace";
@@ -779,12 +785,7 @@ TEST(ShmsemInspect, MetricsPrintsAndWritesTheExposition) {
 // here: the data is on disk before the rename makes it visible, and the
 // rename is on disk after the directory is flushed.
 TEST(ShmsemInspect, MetricsTextfileIsFlushedBeforeTheRenameAndTheDirectoryAfter) {
-  if (::access("/usr/bin/strace", X_OK) != 0) {
-    const char* ci = std::getenv("CI");
-    if (ci && std::string(ci) == "true")
-      FAIL() << "strace is missing (scripts/deps.sh installs it)";
-    GTEST_SKIP() << "strace is not installed (apt-get install strace); on CI this fails instead";
-  }
+  REQUIRE_STRACE();
   scratch_dir dir;
   const std::string file = dir / "shmsem.prom";
   const std::string trace = dir / "trace";
