@@ -185,5 +185,6 @@ void register_crash_reclaim();  // case 8
 void register_scaling();        // case 9
 void register_fleet();          // the fleet rows
 void register_redis();          // the Redis backend
+void register_command_line();   // `shmsem run` beside flock(1) and GNU sem, per job
 
 }  // namespace shmsem_bench

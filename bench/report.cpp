@@ -471,6 +471,9 @@ std::vector<Target> check_targets(const Table& t, const Results& results) {
     }
     out.push_back(tg);
   }
+  ratio_target("14. `shmsem run K -p 1 -- true` ≤ 1.5× flock(1) per job (median wall time)",
+               t.get("BM_CommandLine/wrappers", "shmsem_run_median_ns"),
+               t.get("BM_CommandLine/wrappers", "flock_median_ns"), 1.5, true);
   ratio_target("F. 600 short-lived processes within 2× sem_t's wall time",
                t.get("BM_FleetShortLived/procs:600/shmsem", "wall_ns"),
                t.get("BM_FleetShortLived/procs:600/posix_sem", "wall_ns"), 2, true);
@@ -597,6 +600,34 @@ void write_redis(const Table& t, std::ostream& out) {
                    " ms"
              : "",
          med && reclaim("max_ns").value_or(1e18) / 1e6 <= ses.value_or(0) + 1000);
+}
+
+// The command-line wrappers, one job of `true` each (cli.cpp).
+void write_command_line(const Table& t, std::ostream& out) {
+  const std::string name = "BM_CommandLine/wrappers";
+  if (!t.any_named(name)) return;
+  out << "### One job under a command-line wrapper\n\n"
+      << "| wrapper | jobs | median wall time per job | CPU time per job (with its children) "
+         "| wall ÷ flock(1) |\n|---|---:|---:|---:|---:|\n";
+  const auto flock = t.get(name, "flock_median_ns");
+  for (const auto& [prefix, label] :
+       {std::pair<const char*, const char*>{"shmsem_run", "`shmsem run KEY -p 1 -- true`"},
+        {"flock", "`flock FILE true` (util-linux)"},
+        {"gnu_sem", "`sem --id ID -j 1 --fg true` (GNU parallel)"}}) {
+    const std::string p = prefix;
+    const auto median = t.get(name, p + "_median_ns");
+    out << "| " << label << " | ";
+    if (!median) {
+      out << (p == "gnu_sem" ? "not installed" : t.missing(name)) << " | | | |\n";
+      continue;
+    }
+    out << num(t.get(name, p + "_jobs").value_or(0)) << " | " << num(*median / 1e6) << " ms | "
+        << num(t.get(name, p + "_cpu_ns").value_or(0) / 1e6) << " ms | "
+        << (flock && *flock > 0 ? times(*median / *flock) : "") << " |\n";
+  }
+  out << "\nThe wrappers take turns, one job each per round, so that load from elsewhere "
+         "weighs on all of them alike; the job is `true`, so the figures are the wrappers' "
+         "own cost: start-up, taking and giving back the seat, one fork and exec.\n\n";
 }
 
 // ---- case 7 and the 100 µs hold --------------------------------------------------
@@ -820,6 +851,7 @@ std::string render_report(const Results& results, bool smoke, const std::string&
          "short-lived rows: the wall time from the first fork to the last exit.\n\n";
   write_contended(t, out);
   write_hold(t, results, out);
+  write_command_line(t, out);
   out << "### Targets, checked against this run\n\n| target | measured | verdict "
          "|\n|---|---|---|\n";
   for (const Target& tg : check_targets(t, results))

@@ -13,8 +13,9 @@ BUILD=${BENCH_BUILD:-build-release}
 JOBS=${JOBS:-2}
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-  -DSHMSEM_BUILD_BENCH=ON -DSHMSEM_BUILD_TESTS=OFF -DSHMSEM_BUILD_TOOLS=OFF \
+  -DSHMSEM_BUILD_BENCH=ON -DSHMSEM_BUILD_TESTS=OFF -DSHMSEM_BUILD_TOOLS=ON \
   -DSHMSEM_BUILD_EXAMPLES=OFF -DSHMSEM_INSTALL=OFF >/dev/null
+# Tools on: shmsem-bench runs the shmsem tool for its command-line row.
 cmake --build "$BUILD" -j"$JOBS" --target shmsem-bench
 
 # Which source was measured, for the report.
