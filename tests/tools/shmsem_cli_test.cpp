@@ -100,6 +100,40 @@ TEST(ShmsemRun, HoldsTheSeatsWhileTheCommandRuns) {
   EXPECT_EQ(sem.used(), 0);
 }
 
+// The children of `parent` that are zombies (exited, not yet reaped).
+int zombie_children(pid_t parent) {
+  int n = 0;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return -1;
+  while (const dirent* e = ::readdir(proc)) {
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(in, line) || line.rfind(')') == std::string::npos) continue;
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent && state == 'Z') ++n;
+  }
+  ::closedir(proc);
+  return n;
+}
+
+// shmsem run is the subreaper of COMMAND's tree: a process orphaned while
+// COMMAND runs becomes its child, and must not stay a zombie.
+TEST(ShmsemRun, ReapsTheOrphansItAdoptsWhileTheCommandRuns) {
+  unique_key key;
+  running_tool t(
+      run_args(key, {"-p", "1"}, {"sh", "-c", "sh -c 'true &'; echo ready; read x; exit 0"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  // The orphaned `true` was adopted: it shows as a zombie child of the
+  // wrapper until the wrapper's once-a-second check reaps it.
+  EXPECT_TRUE(eventually([&] { return zombie_children(t.pid()) == 0; }, 10s));
+  t.close_stdin();
+  EXPECT_EQ(t.wait(), 0);
+  EXPECT_EQ(Semaphore::attach(key).used(), 0);
+}
+
 TEST(ShmsemRun, ExitsWithTheConflictCodeAndDoesNotRunWhenNoSeatIsFree) {
   unique_key key;
   scratch_dir dir;
