@@ -19,11 +19,12 @@ demo=(
   python3-dev pybind11-dev
 )
 # The test suite: GoogleTest, the real redis-server, tmux for semtop's
-# screen, strace, promtool, man, pytest and gunicorn.
+# screen, strace, promtool, man, pytest and gunicorn; GNU parallel for the
+# `sem` peer of the command-line bench row (run by bench.smoke).
 suite=(
   libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools
-  tmux util-linux procps man-db strace
+  tmux util-linux procps man-db strace parallel
   prometheus
   python3-pytest python3-mypy gunicorn
 )
@@ -33,7 +34,7 @@ checks=(clang-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy cpp
 
 case $set_name in
   demo) pkgs=("${demo[@]}") ;;
-  bench) pkgs=("${demo[@]}" libbenchmark-dev redis-server util-linux) ;;
+  bench) pkgs=("${demo[@]}" libbenchmark-dev redis-server util-linux parallel) ;;
   deb) pkgs=("${demo[@]}" "${suite[@]}" "${packaging[@]}") ;;
   test) pkgs=("${demo[@]}" "${suite[@]}" "${packaging[@]}" "${checks[@]}") ;;
   *)
