@@ -352,8 +352,12 @@ TEST(RedisFault, ADeadPubSubConnectionIsNoticedAndReplaced) {
   proxy px(srv.dir() + "/proxy.sock", srv.socket_path());
   const std::string key = test_key(), busy_key = test_key() + ".busy";
   constexpr auto kSession = 15s;  // renewals every 5 s: too late to hide a lost message
-  auto holder = Semaphore::open(srv.url(key), 1);
-  auto busy = Semaphore::open(srv.url(busy_key), 1);
+  // The direct handles get the long session too: this process's keeper
+  // renews every session in turn, and each renewal through the black-holed
+  // proxy waits for its deadline, which on a loaded host made a 3 s session
+  // of the direct holders lapse (a fresh-clone make test saw it).
+  auto holder = Semaphore::open(srv.url(key), 1, {.session_timeout = kSession});
+  auto busy = Semaphore::open(srv.url(busy_key), 1, {.session_timeout = kSession});
   auto waiter = Semaphore::open(px.url(key), 1, {.session_timeout = kSession});
   auto busy_waiter = Semaphore::open(px.url(busy_key), 1, {.session_timeout = kSession});
   auto held = std::make_optional(holder.acquire());
