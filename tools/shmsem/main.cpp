@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <string_view>
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -20,8 +21,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int result = shmsem_cli::kOk;
   shmsem_cli::add_run_command(app, result);
-  shmsem_cli::add_inspect_commands(app, result);
-  shmsem_cli::add_admin_commands(app, result);
+  // `shmsem run` starts once per job, so it builds only its own options;
+  // every other command, and a bare --help, needs them all.
+  if (argc < 2 || std::string_view(argv[1]) != "run") {
+    shmsem_cli::add_inspect_commands(app, result);
+    shmsem_cli::add_admin_commands(app, result);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
