@@ -107,7 +107,8 @@ acl_grant parse(const std::vector<unsigned char>& acl, uid_t owner, gid_t group)
 }
 
 acl_grant verdict(int err, const std::vector<unsigned char>& acl, uid_t owner, gid_t group) {
-  if (err == ENODATA || err == ENOTSUP || err == EOPNOTSUPP) return acl_grant::none;
+  // No ACL, or a file system without them (ENOTSUP, which is EOPNOTSUPP on Linux).
+  if (err == ENODATA || err == ENOTSUP) return acl_grant::none;
   if (err) return acl_grant::unreadable;
   return parse(acl, owner, group);
 }
@@ -130,7 +131,7 @@ acl_grant acl_writers(const std::string& path, uid_t owner, gid_t group) {
 
 int drop_access_acl(int fd) {
   if (::fremovexattr(fd, kAccessAcl) == 0) return 0;
-  return errno == ENODATA || errno == ENOTSUP || errno == EOPNOTSUPP ? 0 : errno;
+  return errno == ENODATA || errno == ENOTSUP ? 0 : errno;
 }
 
 }  // namespace shmsem::sys
