@@ -262,10 +262,13 @@ reply connection::read(std::int64_t deadline_ns) {
     if (redisGetReplyFromReader(c_, &r) != REDIS_OK) fail("parsing a reply from");
     if (r) return reply(static_cast<redisReply*>(r));
     check_size();
+    // A caller preempted or stopped between its request and this read may
+    // find its deadline past and the reply waiting: what has arrived is
+    // still read (a poll that does not block), only no more is waited for.
     const std::int64_t left = deadline_ns - sys::precise_now_ns();
     pollfd p{c_->fd, POLLIN, 0};
     const int ready =
-        left <= 0 ? 0 : sys::poll_fds(&p, 1, static_cast<int>((left + 999'999) / 1'000'000));
+        sys::poll_fds(&p, 1, left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000));
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
       broken_ = true;

@@ -8,9 +8,12 @@
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <shmsem/logging.hpp>
 #include <shmsem/shmsem.hpp>
@@ -19,6 +22,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -602,6 +606,61 @@ TEST(RedisFault, StoppedServerFailsCallsWithinTheirBudgetAndIsUsedAgainAfterward
   auto q = s.acquire(1, {.wait_timeout = 5s});
   EXPECT_EQ(s.used(), 1);
   EXPECT_EQ(s.waiters(), 0) << "the waiter that gave up during the stop left the queue";
+}
+
+// A caller preempted between sending its request and reading the reply,
+// for longer than its connect timeout, finds the reply waiting: it is read,
+// not reported as "no answer in time" (a waiter stopped there would lose
+// its place instead of starting over). ptrace holds the caller at the exit
+// of the send(2) of its acquire, the worst instruction to lose the CPU at.
+TEST(RedisFault, AReplyThatArrivedWhileTheCallerWasPreemptedIsReadAfterItsDeadline) {
+  redis_server srv;
+  const std::string url = srv.url(test_key());
+  pipe_channel ready, go;
+  child_process caller([&] {
+    auto s = Semaphore::open(url, 1, {.session_timeout = 30s, .connect_timeout = 300ms});
+    // The server knows the scripts after this: the next acquire is one
+    // EVALSHA, not a NOSCRIPT reply and an EVAL.
+    s.acquire().release();
+    ready.send('o');
+    if (go.receive(std::chrono::minutes(5)) != 'g') return 2;
+    try {
+      auto p = s.acquire(1, {.wait_timeout = 10s});
+      ready.send(p.is_held() ? 'p' : 'n');
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "acquire: %s\n", e.what());
+      ready.send('e');
+    }
+    return 0;
+  });
+  ASSERT_EQ(ready.receive(), 'o');
+  const pid_t pid = caller.pid();
+  // TRACESYSGOOD: without it PTRACE_GET_SYSCALL_INFO cannot tell a
+  // system call's entry from its exit.
+  ASSERT_EQ(::ptrace(PTRACE_SEIZE, pid, nullptr, PTRACE_O_TRACESYSGOOD), 0) << std::strerror(errno);
+  ASSERT_EQ(::ptrace(PTRACE_INTERRUPT, pid, nullptr, nullptr), 0) << std::strerror(errno);
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, __WALL), pid);
+  go.send('g');
+  // Runs the caller from system call to system call until the exit of its
+  // first sendto(2): the acquire's request is on its way.
+  bool in_send = false;
+  for (;;) {
+    ASSERT_EQ(::ptrace(PTRACE_SYSCALL, pid, nullptr, nullptr), 0) << std::strerror(errno);
+    ASSERT_EQ(::waitpid(pid, &st, __WALL), pid);
+    ASSERT_TRUE(WIFSTOPPED(st)) << "the caller ended while traced: status " << st;
+    __ptrace_syscall_info info{};
+    if (::ptrace(PTRACE_GET_SYSCALL_INFO, pid, sizeof info, &info) <= 0) continue;
+    if (info.op == PTRACE_SYSCALL_INFO_ENTRY) in_send = info.entry.nr == SYS_sendto;
+    if (info.op == PTRACE_SYSCALL_INFO_EXIT && in_send) break;
+  }
+  // The server answers while the caller is held, and its deadline passes.
+  auto s = Semaphore::open(url, 1);
+  EXPECT_TRUE(eventually([&] { return s.used() == 1; })) << "the acquire never reached Redis";
+  std::this_thread::sleep_for(600ms);  // twice the caller's connect timeout
+  ASSERT_EQ(::ptrace(PTRACE_DETACH, pid, nullptr, nullptr), 0) << std::strerror(errno);
+  EXPECT_EQ(ready.receive(), 'p') << "the reply that waited in the socket was not read";
+  EXPECT_EQ(caller.wait(), 0);
 }
 
 TEST(RedisFault, AWaitRejectedByAResizeNamesTheCapacityThatRejectedIt) {
