@@ -184,6 +184,12 @@ TEST(Fork, ForkDuringARenewalLeavesTheChildFreeToDropTheParentsPermit) {
 // thousands of children while two threads hammer it; each child opens,
 // acquires and exits, and one that has not exited after 10 s hung.
 TEST(Fork, ChildrenForkedWhileOtherThreadsOpenAndCloseHandlesNeverHang) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Its point is a fork while other threads allocate, which GCC 12's
+  // AddressSanitizer does not survive (its allocator is not locked around
+  // fork: docs/testing.md); the normal build's run covers the library.
+  GTEST_SKIP() << "forks while other threads allocate: not under AddressSanitizer";
+#endif
   unique_key k;
   child_process parent([&] {
     Semaphore base = Semaphore::open(k, 4);
