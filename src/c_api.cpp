@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -25,7 +27,13 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
+#include <vector>
+
+#include "forking.hpp"
+#include "redis/backend.hpp"
 
 // Every handle starts with a word that says what it is while it lives.
 // Freeing a handle (shmsem_release, shmsem_close, shmsem_cancel_token_free)
@@ -257,13 +265,15 @@ constexpr std::size_t kOpenOptionsV1 =
     offsetof(shmsem_open_options, open_timeout_ms) + sizeof(int64_t);
 constexpr std::size_t kAcquireOptionsV1 = sizeof(shmsem_acquire_options);
 
-int acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token* cancel,
-            shmsem_permit** out, const char* function) {
+// Reads an acquire's arguments into n and ao (the cancel token's stop
+// token included); SHMSEM_OK, or the failure to return.
+int acquire_arguments(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token* cancel,
+                      shmsem_permit** out, const char* function, int& n,
+                      shmsem::AcquireOptions& ao) {
   if (out) *out = nullptr;
   if (!live(s)) return bad_handle(function, "s", s);
   if (!out) return null_argument(function, "out");
-  shmsem::AcquireOptions ao;
-  int n = 1;
+  n = 1;
   if (o) {
     shmsem_acquire_options v = SHMSEM_ACQUIRE_OPTIONS_INIT;
     if (!read_options(o, v, kAcquireOptionsV1, function)) return SHMSEM_EINVAL;
@@ -291,9 +301,71 @@ int acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token*
                                         ": cancelled before the call");
     ao.stop = cancel->source->get_token();
   }
+  return SHMSEM_OK;
+}
+
+int acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_cancel_token* cancel,
+            shmsem_permit** out, const char* function) {
+  int n = 1;
+  shmsem::AcquireOptions ao;
+  if (const int rc = acquire_arguments(s, o, cancel, out, function, n, ao); rc != SHMSEM_OK)
+    return rc;
   return guarded([&] {
     *out = new shmsem_permit(s->sem->acquire(n, ao));
     return SHMSEM_OK;
+  });
+}
+
+// Asynchronous acquires (shmsem_acquire_async). A request that must wait
+// gets a thread of its own: the wait blocks in a futex (or, on Redis, a
+// condition variable) that no event loop can poll, and a binding's own
+// pool (libuv's has 4 threads) must never be the one that waits. A
+// sleeping thread costs a stack and nothing else. shmsem_close() ends a
+// handle's requests and waits for their callbacks, so the handle outlives
+// every thread that uses it.
+struct async_request {
+  const shmsem_sem* sem;
+  std::stop_source stop;
+};
+// Never destroyed: a request's thread may still finish while the process
+// runs its exit handlers.
+struct async_registry {
+  std::mutex mutex;  // taken around fork() (forking.hpp)
+  std::condition_variable finished;
+  std::list<async_request> requests;
+};
+async_registry& asyncs() {
+  static auto* r = new async_registry;
+  return *r;
+}
+// The handle whose callback runs on this thread: a shmsem_close() of it
+// from inside the callback waits for its other requests only.
+thread_local const shmsem_sem* in_callback = nullptr;
+
+void finish_async(std::list<async_request>::iterator r) noexcept {
+  async_registry& a = asyncs();
+  std::lock_guard g(a.mutex);
+  a.requests.erase(r);
+  a.finished.notify_all();
+}
+
+// Cancels s's requests and waits until their callbacks have returned.
+void end_async_acquires(const shmsem_sem* s) noexcept {
+  async_registry& a = asyncs();
+  std::vector<std::stop_source> stops;
+  std::unique_lock lk(a.mutex);
+  for (auto& r : a.requests)
+    if (r.sem == s) stops.push_back(r.stop);
+  if (stops.empty()) return;
+  lk.unlock();
+  // Outside the lock: a stop callback wakes the waiting thread, which
+  // takes the lock to finish.
+  for (auto& st : stops) st.request_stop();
+  lk.lock();
+  const std::ptrdiff_t own = in_callback == s ? 1 : 0;
+  a.finished.wait(lk, [&] {
+    return std::count_if(a.requests.begin(), a.requests.end(),
+                         [&](const async_request& r) { return r.sem == s; }) <= own;
   });
 }
 
@@ -361,6 +433,8 @@ const char* shmsem_strerror(int code) {
       return "SHMSEM_ENOENT: no such semaphore";
     case SHMSEM_EUNTRUSTED:
       return "SHMSEM_EUNTRUSTED: the segment's owner is not trusted";
+    case SHMSEM_EINPROGRESS:
+      return "SHMSEM_EINPROGRESS: the acquire waits; its callback will say how it ended";
     default:
       return "unknown code";
   }
@@ -424,6 +498,7 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
 }
 
 void shmsem_close(shmsem_sem* s) {
+  if (live(s)) end_async_acquires(s);
   free_handle(s, &shmsem_sem::sem, "shmsem_close", "s");
 }
 
@@ -449,6 +524,68 @@ int shmsem_acquire(shmsem_sem* s, const shmsem_acquire_options* o, shmsem_permit
 int shmsem_acquire_cancellable(shmsem_sem* s, const shmsem_acquire_options* o,
                                shmsem_cancel_token* cancel, shmsem_permit** out) {
   return acquire(s, o, cancel, out, "shmsem_acquire_cancellable");
+}
+
+int shmsem_acquire_async(shmsem_sem* s, const shmsem_acquire_options* o,
+                         shmsem_cancel_token* cancel, shmsem_acquire_done_fn done, void* ctx,
+                         shmsem_permit** out) {
+  constexpr const char* function = "shmsem_acquire_async";
+  int n = 1;
+  shmsem::AcquireOptions ao;
+  if (const int rc = acquire_arguments(s, o, cancel, out, function, n, ao); rc != SHMSEM_OK)
+    return rc;
+  if (!done) return null_argument(function, "done");
+  // Shared memory answers without I/O: a free seat is taken on the
+  // caller's thread at once. A Redis round trip would block the caller
+  // (an event loop) for up to connect_timeout: it goes to the thread.
+  const bool remote = shmsem::detail::redis::is_redis_key(s->sem->key());
+  if (ao.wait_timeout == milliseconds(0) || !remote) {
+    const int rc = guarded([&] {
+      std::optional<shmsem::Permit> p;
+      if (ao.wait_timeout == milliseconds(0))
+        p.emplace(s->sem->acquire(n, ao));
+      else
+        p = s->sem->try_acquire(n, ao);
+      if (!p) return SHMSEM_EINPROGRESS;
+      *out = new shmsem_permit(std::move(*p));
+      return SHMSEM_OK;
+    });
+    if (rc != SHMSEM_EINPROGRESS) return rc;
+  }
+  shmsem::detail::handle_fork_once();
+  return guarded([&] {
+    std::list<async_request>::iterator r;
+    {
+      async_registry& a = asyncs();
+      std::lock_guard g(a.mutex);
+      r = a.requests.insert(a.requests.end(), async_request{s, {}});
+    }
+    // The caller's token stops the request through its own stop source,
+    // which shmsem_close() can stop too.
+    const std::stop_token caller = ao.stop;
+    ao.stop = r->stop.get_token();
+    try {
+      std::thread([s, r, n, ao, caller, done, ctx] {
+        shmsem_permit* permit = nullptr;
+        int status;
+        {
+          std::stop_callback link(caller, [src = r->stop]() mutable { src.request_stop(); });
+          status = guarded([&] {
+            permit = new shmsem_permit(s->sem->acquire(n, ao));
+            return SHMSEM_OK;
+          });
+        }
+        in_callback = s;
+        done(status, permit, ctx);
+        in_callback = nullptr;
+        finish_async(r);
+      }).detach();
+    } catch (...) {
+      finish_async(r);
+      throw;
+    }
+    return SHMSEM_EINPROGRESS;
+  });
 }
 
 int shmsem_try_acquire(shmsem_sem* s, uint32_t n, shmsem_permit** out) {
@@ -695,3 +832,18 @@ int shmsem_set_log_handler(shmsem_log_fn fn, void* ctx, int min_level) {
 }
 
 }  // extern "C"
+
+namespace shmsem::detail {
+
+void lock_async_acquires_for_fork() noexcept {
+  asyncs().mutex.lock();
+}
+
+void unlock_async_acquires_after_fork(bool child) noexcept {
+  async_registry& a = asyncs();
+  // The child has none of the threads that served these requests.
+  if (child) a.requests.clear();
+  a.mutex.unlock();
+}
+
+}  // namespace shmsem::detail

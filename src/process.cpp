@@ -41,8 +41,10 @@ void atfork_prepare() {
   lock_services_for_fork();
   lock_log_for_fork();
   lock_warnings_for_fork();
+  lock_async_acquires_for_fork();
 }
 void atfork_parent() {
+  unlock_async_acquires_after_fork(false);
   unlock_warnings_after_fork();
   unlock_log_after_fork();
   unlock_services_after_fork();
@@ -50,6 +52,7 @@ void atfork_parent() {
   registry_mutex.unlock();
 }
 void atfork_child() {
+  unlock_async_acquires_after_fork(true);
   unlock_warnings_after_fork();
   unlock_log_after_fork();
   unlock_services_after_fork();

@@ -75,14 +75,16 @@ extern "C" {
 #define SHMSEM_ESEGMENT                                                                           \
   (-5) /* the segment cannot be used (access, corrupt, /dev/shm full), or Redis cannot be reached \
           or holds other data */
-#define SHMSEM_ECANCELED (-6)   /* the acquire's cancel token was cancelled */
-#define SHMSEM_ESHUTDOWN (-7)   /* shmsem_shutdown() or shmsem_shutdown_all() */
-#define SHMSEM_EEXCEEDS (-8)    /* n is larger than the capacity */
-#define SHMSEM_EEXTEND (-9)     /* extend: the seats were lost first */
-#define SHMSEM_EUNKNOWN (-10)   /* anything else; see shmsem_last_error() */
-#define SHMSEM_ENOMEM (-11)     /* out of memory */
-#define SHMSEM_ENOENT (-12)     /* SHMSEM_OPEN_NOCREATE and no such semaphore */
-#define SHMSEM_EUNTRUSTED (-13) /* the segment's owner is a user this process does not trust */
+#define SHMSEM_ECANCELED (-6)    /* the acquire's cancel token was cancelled */
+#define SHMSEM_ESHUTDOWN (-7)    /* shmsem_shutdown() or shmsem_shutdown_all() */
+#define SHMSEM_EEXCEEDS (-8)     /* n is larger than the capacity */
+#define SHMSEM_EEXTEND (-9)      /* extend: the seats were lost first */
+#define SHMSEM_EUNKNOWN (-10)    /* anything else; see shmsem_last_error() */
+#define SHMSEM_ENOMEM (-11)      /* out of memory */
+#define SHMSEM_ENOENT (-12)      /* SHMSEM_OPEN_NOCREATE and no such semaphore */
+#define SHMSEM_EUNTRUSTED (-13)  /* the segment's owner is a user this process does not trust */
+#define SHMSEM_EINPROGRESS (-14) /* shmsem_acquire_async: the request waits; its callback ends it \
+                                  */
 
 /* The name of a code ("SHMSEM_ETIMEDOUT: timed out"), or "unknown code".
  * Never NULL; the string is static. */
@@ -160,7 +162,9 @@ SHMSEM_API int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_op
 
 /* Closes a handle and frees it: do not use `s` again (see "Handles are
  * freed once" above). Permits it made stay valid and keep their seats
- * until released. NULL is a no-op. */
+ * until released. Its waiting shmsem_acquire_async requests end with
+ * SHMSEM_ECANCELED, and it returns once their callbacks have returned.
+ * NULL is a no-op. */
 SHMSEM_API void shmsem_close(shmsem_sem* s);
 
 /* Removes the semaphore's name: processes that have it open keep their
@@ -207,6 +211,38 @@ SHMSEM_API int shmsem_acquire(shmsem_sem* s, const shmsem_acquire_options* o, sh
  * cancel NULL: shmsem_acquire. */
 SHMSEM_API int shmsem_acquire_cancellable(shmsem_sem* s, const shmsem_acquire_options* o,
                                           shmsem_cancel_token* cancel, shmsem_permit** out);
+
+/* How an asynchronous acquire ended: status SHMSEM_OK with a new permit
+ * (end it with shmsem_release), or a failure code with permit NULL and the
+ * message in shmsem_last_error() on the calling thread. Called exactly once,
+ * on a thread of the library, perhaps before shmsem_acquire_async has
+ * returned. It may release the permit or free the cancel token; it must not
+ * block for long (other requests' callbacks do not wait for it, but
+ * shmsem_close does). */
+typedef void (*shmsem_acquire_done_fn)(int status, shmsem_permit* permit, void* ctx);
+
+/* shmsem_acquire for callers that must never block: an event loop (Node,
+ * asyncio) or a thread with other work. Same options; cancel may be NULL.
+ *  - SHMSEM_OK: the seats were free and are taken now, on this thread;
+ *    *out is the permit and `done` is never called. On a
+ *    Redis URL this never happens unless o->wait_timeout_ms is 0: the round
+ *    trip is made on the library's thread, so the caller does not wait on
+ *    the network.
+ *  - SHMSEM_EINPROGRESS: the request waits in the queue, on a thread the
+ *    library starts for it (never a thread of the caller's pool), and
+ *    done(status, permit, ctx) says how it ends: granted, SHMSEM_ETIMEDOUT
+ *    after o->wait_timeout_ms, SHMSEM_ECANCELED after shmsem_cancel(cancel)
+ *    (a seat granted as the cancel lands goes back), SHMSEM_ESHUTDOWN,
+ *    SHMSEM_EEXCEEDS, SHMSEM_ESEGMENT.
+ *  - any other code: it failed at once (bad arguments, n > capacity with
+ *    o->wait_timeout_ms 0, cancelled before the call...), `done` is never
+ *    called.
+ * shmsem_close(s) cancels s's waiting requests and returns once their
+ * callbacks have. A forked child has no part in its parent's requests.
+ * The cancel token must stay alive until the callback has run. */
+SHMSEM_API int shmsem_acquire_async(shmsem_sem* s, const shmsem_acquire_options* o,
+                                    shmsem_cancel_token* cancel, shmsem_acquire_done_fn done,
+                                    void* ctx, shmsem_permit** out);
 
 /* One attempt without waiting, with the handle's default TTL. It does not
  * pass waiters already queued. SHMSEM_EUNAVAILABLE when the seats are not

@@ -49,7 +49,7 @@ static void codes_have_names(void) {
   const int codes[] = {SHMSEM_OK,       SHMSEM_ETIMEDOUT, SHMSEM_EUNAVAILABLE, SHMSEM_ENOTHELD,
                        SHMSEM_EINVAL,   SHMSEM_ESEGMENT,  SHMSEM_ECANCELED,    SHMSEM_ESHUTDOWN,
                        SHMSEM_EEXCEEDS, SHMSEM_EEXTEND,   SHMSEM_EUNKNOWN,     SHMSEM_ENOMEM,
-                       SHMSEM_ENOENT,   SHMSEM_EUNTRUSTED};
+                       SHMSEM_ENOENT,   SHMSEM_EUNTRUSTED, SHMSEM_EINPROGRESS};
   const size_t n = sizeof codes / sizeof codes[0];
   CHECK(SHMSEM_OK == 0);
   for (size_t i = 0; i < n; ++i) {
@@ -467,6 +467,247 @@ static void cancel_token_ends_a_blocked_acquire(void) {
   shmsem_remove(key("cancel"));
 }
 
+/* What the callbacks of asynchronous acquires report, under a mutex. A
+ * callback that gets a permit releases it at once when `release` is set. */
+struct async_results {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int calls;
+  int granted;
+  int last_status;
+  shmsem_permit* last_permit;
+  int on_caller_thread;
+  pthread_t caller;
+  int release;
+};
+
+static void async_results_init(struct async_results* r, int release) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->caller = pthread_self();
+  r->release = release;
+}
+
+static void async_results_destroy(struct async_results* r) {
+  pthread_cond_destroy(&r->cv);
+  pthread_mutex_destroy(&r->mu);
+}
+
+static void record_async(int status, shmsem_permit* permit, void* ctx) {
+  struct async_results* r = ctx;
+  if (permit && r->release) {
+    shmsem_release(permit);
+    permit = NULL;
+  }
+  pthread_mutex_lock(&r->mu);
+  ++r->calls;
+  if (status == SHMSEM_OK) ++r->granted;
+  r->last_status = status;
+  r->last_permit = permit;
+  if (pthread_equal(pthread_self(), r->caller)) r->on_caller_thread = 1;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Waits up to 10 s until `calls` callbacks have run; 1 if they have. */
+static int await_calls(struct async_results* r, int calls) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  pthread_mutex_lock(&r->mu);
+  int rc = 0;
+  while (r->calls < calls && rc == 0) rc = pthread_cond_timedwait(&r->cv, &r->mu, &until);
+  const int ok = r->calls >= calls;
+  pthread_mutex_unlock(&r->mu);
+  return ok;
+}
+
+static int async_calls(struct async_results* r) {
+  pthread_mutex_lock(&r->mu);
+  const int n = r->calls;
+  pthread_mutex_unlock(&r->mu);
+  return n;
+}
+
+static void async_acquire_of_a_free_seat_completes_at_once(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("async-free"), 1, &s), SHMSEM_OK);
+  struct async_results r;
+  async_results_init(&r, 0);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire_async(s, NULL, NULL, record_async, &r, &p), SHMSEM_OK);
+  CHECK(p != NULL);
+  CHECK_RC(shmsem_used(s), 1);
+  /* Taken: n > capacity without waiting fails at once too. */
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  o.n = 2;
+  o.wait_timeout_ms = 0;
+  shmsem_permit* q = NULL;
+  CHECK_RC(shmsem_acquire_async(s, &o, NULL, record_async, &r, &q), SHMSEM_EEXCEEDS);
+  CHECK_RC(shmsem_acquire_async(s, NULL, NULL, NULL, &r, &q), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "done") != NULL);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  CHECK_RC(async_calls(&r), 0); /* never called for an answer given at once */
+  async_results_destroy(&r);
+  shmsem_close(s);
+  shmsem_remove(key("async-free"));
+}
+
+static void async_acquire_waits_on_a_library_thread_until_granted(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("async-wait"), 1, &s), SHMSEM_OK);
+  shmsem_permit* held = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &held), SHMSEM_OK);
+  struct async_results r;
+  async_results_init(&r, 0);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire_async(s, NULL, NULL, record_async, &r, &p), SHMSEM_EINPROGRESS);
+  CHECK(p == NULL);
+  CHECK(await_waiters(s, 1));
+  CHECK_RC(async_calls(&r), 0);
+  CHECK_RC(shmsem_release(held), SHMSEM_OK);
+  CHECK(await_calls(&r, 1));
+  CHECK_RC(r.last_status, SHMSEM_OK);
+  CHECK(r.last_permit != NULL);
+  CHECK(!r.on_caller_thread);
+  CHECK_RC(shmsem_is_held(r.last_permit), 1);
+  CHECK_RC(shmsem_used(s), 1);
+  CHECK_RC(shmsem_release(r.last_permit), SHMSEM_OK);
+
+  /* A budget that runs out ends it with a timeout. */
+  CHECK_RC(shmsem_acquire(s, NULL, &held), SHMSEM_OK);
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  o.wait_timeout_ms = 50;
+  CHECK_RC(shmsem_acquire_async(s, &o, NULL, record_async, &r, &p), SHMSEM_EINPROGRESS);
+  CHECK(await_calls(&r, 2));
+  CHECK_RC(r.last_status, SHMSEM_ETIMEDOUT);
+  CHECK(r.last_permit == NULL);
+  CHECK_RC(shmsem_waiters(s), 0);
+  CHECK_RC(shmsem_release(held), SHMSEM_OK);
+  async_results_destroy(&r);
+  shmsem_close(s);
+  shmsem_remove(key("async-wait"));
+}
+
+static void cancelling_an_async_acquire_withdraws_it(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("async-cancel"), 1, &s), SHMSEM_OK);
+  shmsem_permit* held = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &held), SHMSEM_OK);
+  shmsem_cancel_token* t = NULL;
+  CHECK_RC(shmsem_cancel_token_new(&t), SHMSEM_OK);
+  struct async_results r;
+  async_results_init(&r, 0);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire_async(s, NULL, t, record_async, &r, &p), SHMSEM_EINPROGRESS);
+  CHECK(await_waiters(s, 1));
+  CHECK_RC(shmsem_cancel(t), SHMSEM_OK);
+  CHECK(await_calls(&r, 1));
+  CHECK_RC(r.last_status, SHMSEM_ECANCELED);
+  CHECK(r.last_permit == NULL);
+  CHECK_RC(shmsem_waiters(s), 0);
+  CHECK_RC(shmsem_used(s), 1);
+  /* Cancelled before the call: at once, and no callback. */
+  CHECK_RC(shmsem_acquire_async(s, NULL, t, record_async, &r, &p), SHMSEM_ECANCELED);
+  CHECK_RC(async_calls(&r), 1);
+  CHECK_RC(shmsem_release(held), SHMSEM_OK);
+  shmsem_cancel_token_free(t);
+  async_results_destroy(&r);
+  shmsem_close(s);
+  shmsem_remove(key("async-cancel"));
+}
+
+static void close_ends_async_acquires_and_waits_for_their_callbacks(void) {
+  shmsem_sem* s = NULL;
+  shmsem_sem* other = NULL;
+  CHECK_RC(shmsem_open(key("async-close"), 1, &s), SHMSEM_OK);
+  CHECK_RC(shmsem_open(key("async-close"), 1, &other), SHMSEM_OK);
+  shmsem_permit* held = NULL;
+  CHECK_RC(shmsem_acquire(other, NULL, &held), SHMSEM_OK);
+  struct async_results r;
+  async_results_init(&r, 0);
+  shmsem_permit* p = NULL;
+  for (int i = 0; i < 3; ++i)
+    CHECK_RC(shmsem_acquire_async(s, NULL, NULL, record_async, &r, &p), SHMSEM_EINPROGRESS);
+  CHECK(await_waiters(other, 3));
+  shmsem_close(s);
+  CHECK_RC(async_calls(&r), 3); /* every callback ran before close returned */
+  CHECK_RC(r.last_status, SHMSEM_ECANCELED);
+  CHECK_RC(shmsem_waiters(other), 0);
+  CHECK_RC(shmsem_release(held), SHMSEM_OK);
+  async_results_destroy(&r);
+  shmsem_close(other);
+  shmsem_remove(key("async-close"));
+}
+
+/* Two hundred requests wait at once, each on the library's thread, and are
+ * served one by one as each callback releases its seat. */
+static void two_hundred_async_acquires_wait_at_once(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("async-200"), 1, &s), SHMSEM_OK);
+  shmsem_permit* held = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &held), SHMSEM_OK);
+  struct async_results r;
+  async_results_init(&r, 1);
+  enum { kRequests = 200 };
+  for (int i = 0; i < kRequests; ++i) {
+    shmsem_permit* p = NULL;
+    CHECK_RC(shmsem_acquire_async(s, NULL, NULL, record_async, &r, &p), SHMSEM_EINPROGRESS);
+  }
+  CHECK(await_waiters(s, kRequests));
+  CHECK_RC(async_calls(&r), 0);
+  CHECK_RC(shmsem_release(held), SHMSEM_OK);
+  CHECK(await_calls(&r, kRequests));
+  CHECK_RC(r.granted, kRequests);
+  CHECK(!r.on_caller_thread);
+  CHECK_RC(shmsem_used(s), 0);
+  async_results_destroy(&r);
+  shmsem_close(s);
+  shmsem_remove(key("async-200"));
+}
+
+/* A child forked while a request waits has no part in it: its close does
+ * not wait for a callback that would never come. */
+static void forked_child_does_not_wait_for_its_parents_async_acquires(void) {
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open(key("async-fork"), 1, &s), SHMSEM_OK);
+  shmsem_permit* held = NULL;
+  CHECK_RC(shmsem_acquire(s, NULL, &held), SHMSEM_OK);
+  struct async_results r;
+  async_results_init(&r, 0);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire_async(s, NULL, NULL, record_async, &r, &p), SHMSEM_EINPROGRESS);
+  CHECK(await_waiters(s, 1));
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    shmsem_close(s);
+    _exit(0);
+  }
+  int st = 0;
+  const double deadline = now_ms() + 10000;
+  pid_t w;
+  while ((w = waitpid(child, &st, WNOHANG)) == 0 && now_ms() < deadline) {
+    const struct timespec nap = {0, 1000 * 1000};
+    nanosleep(&nap, NULL);
+  }
+  if (w == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &st, 0);
+  }
+  CHECK(w == child);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK_RC(async_calls(&r), 0);
+  CHECK_RC(shmsem_release(held), SHMSEM_OK);
+  CHECK(await_calls(&r, 1));
+  CHECK_RC(r.last_status, SHMSEM_OK);
+  CHECK_RC(shmsem_release(r.last_permit), SHMSEM_OK);
+  async_results_destroy(&r);
+  shmsem_close(s);
+  shmsem_remove(key("async-fork"));
+}
+
 static void shutdown_ends_acquires(void) {
   shmsem_sem* s = NULL;
   CHECK_RC(shmsem_open(key("shutdown"), 1, &s), SHMSEM_OK);
@@ -709,6 +950,16 @@ int main(int argc, char** argv) {
       {"force_release_all_reports_displaced_permits", force_release_all_reports_displaced_permits},
       {"set_capacity_grows_and_shrinks", set_capacity_grows_and_shrinks},
       {"cancel_token_ends_a_blocked_acquire", cancel_token_ends_a_blocked_acquire},
+      {"async_acquire_of_a_free_seat_completes_at_once",
+       async_acquire_of_a_free_seat_completes_at_once},
+      {"async_acquire_waits_on_a_library_thread_until_granted",
+       async_acquire_waits_on_a_library_thread_until_granted},
+      {"cancelling_an_async_acquire_withdraws_it", cancelling_an_async_acquire_withdraws_it},
+      {"close_ends_async_acquires_and_waits_for_their_callbacks",
+       close_ends_async_acquires_and_waits_for_their_callbacks},
+      {"two_hundred_async_acquires_wait_at_once", two_hundred_async_acquires_wait_at_once},
+      {"forked_child_does_not_wait_for_its_parents_async_acquires",
+       forked_child_does_not_wait_for_its_parents_async_acquires},
       {"shutdown_ends_acquires", shutdown_ends_acquires},
       {"wait_idle_reports_idle_or_timeout", wait_idle_reports_idle_or_timeout},
       {"log_lines_reach_the_handler", log_lines_reach_the_handler},

@@ -14,6 +14,7 @@
 #include "c_test.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,67 @@ static void a_url_key_works_like_a_shared_memory_key(void) {
   CHECK_RC(shmsem_open_ex(k, 0, &oo, &s), SHMSEM_ENOENT);
 }
 
+/* The callback of an asynchronous acquire: sends what it got down a pipe. */
+struct async_result {
+  int status;
+  shmsem_permit* permit;
+};
+static int async_pipe[2] = {-1, -1};
+
+static void send_async(int status, shmsem_permit* permit, void* ctx) {
+  (void)ctx;
+  const struct async_result r = {status, permit};
+  if (write(async_pipe[1], &r, sizeof r) != (ssize_t)sizeof r) abort();
+}
+
+/* Reads one callback's result, waiting up to 10 s; 0 if none came. */
+static int receive_async(struct async_result* r) {
+  struct pollfd p = {async_pipe[0], POLLIN, 0};
+  if (poll(&p, 1, 10000) != 1) return 0;
+  return read(async_pipe[0], r, sizeof *r) == (ssize_t)sizeof *r;
+}
+
+/* On Redis even a free seat is taken on the library's thread: the caller
+ * (an event loop) never waits for a round trip. */
+static void an_async_acquire_on_redis_never_waits_for_the_network(void) {
+  current = "an_async_acquire_on_redis_never_waits_for_the_network";
+  char k[256];
+  url(k, sizeof k, "async");
+  CHECK(pipe(async_pipe) == 0);
+  shmsem_open_options oo = quick_sessions();
+  shmsem_sem* s = NULL;
+  CHECK_RC(shmsem_open_ex(k, 1, &oo, &s), SHMSEM_OK);
+  shmsem_permit* p = NULL;
+  CHECK_RC(shmsem_acquire_async(s, NULL, NULL, send_async, NULL, &p), SHMSEM_EINPROGRESS);
+  CHECK(p == NULL);
+  struct async_result got;
+  CHECK(receive_async(&got));
+  CHECK_RC(got.status, SHMSEM_OK);
+  CHECK(shmsem_permit_fencing_token(got.permit) > 0);
+  CHECK_RC(shmsem_used(s), 1);
+  /* A second one waits in Redis's queue until the first is released. */
+  CHECK_RC(shmsem_acquire_async(s, NULL, NULL, send_async, NULL, &p), SHMSEM_EINPROGRESS);
+  const double deadline = now_ms() + 10000;
+  while (shmsem_waiters(s) != 1 && now_ms() < deadline) {
+    const struct timespec nap = {0, 1000 * 1000};
+    nanosleep(&nap, NULL);
+  }
+  CHECK_RC(shmsem_waiters(s), 1);
+  CHECK_RC(shmsem_release(got.permit), SHMSEM_OK);
+  CHECK(receive_async(&got));
+  CHECK_RC(got.status, SHMSEM_OK);
+  CHECK_RC(shmsem_release(got.permit), SHMSEM_OK);
+  /* Without waiting, it answers on the caller's thread. */
+  shmsem_acquire_options ao = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  ao.wait_timeout_ms = 0;
+  CHECK_RC(shmsem_acquire_async(s, &ao, NULL, send_async, NULL, &p), SHMSEM_OK);
+  CHECK_RC(shmsem_release(p), SHMSEM_OK);
+  shmsem_close(s);
+  CHECK_RC(shmsem_remove(k), 1);
+  close(async_pipe[0]);
+  close(async_pipe[1]);
+}
+
 /* A holder in another process on another host is SIGKILLed: its seats
  * come back to a blocked waiter once its session lapses. */
 static void a_killed_holders_seats_come_back(void) {
@@ -231,6 +293,7 @@ int main(void) {
    * library yet. */
   a_killed_holders_seats_come_back();
   a_url_key_works_like_a_shared_memory_key();
+  an_async_acquire_on_redis_never_waits_for_the_network();
   bad_and_unreachable_urls_fail_clearly();
   stop_server();
   if (failures) {
