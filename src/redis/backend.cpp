@@ -103,6 +103,11 @@ std::string foreign_data(const semaphore_state& s, const reply& r) {
   if (st == "wrongtype")
     return "the Redis key '" + std::string(r.at(1).str()) + "' holds a " +
            std::string(r.at(2).str()) + ", not a shmsem semaphore; it was left alone";
+  if (st == "format")
+    return "the Redis key '" + s.meta + "' holds a semaphore stored in format '" +
+           std::string(r.at(2).str()) +
+           "', which this version of shmsem does not read (remove it while unused, with an "
+           "older shmsem or redis-cli, and open it again)";
   if (st == "garbage")
     return "the Redis key '" + s.meta +
            "' is a hash that is not a shmsem semaphore; it was left alone";
@@ -124,7 +129,7 @@ reply run(semaphore_state& s, const script& sc, const std::vector<std::string>& 
   }
   const std::int64_t now = sys::precise_now_ns();
   if (sent_at) *sent_at = now;
-  return s.cli->eval(sc, s.meta, args, now + timeout);
+  return s.cli->eval(sc, s.keys, args, now + timeout);
 }
 
 // A new lease of this process: registered for renewal and loss reports.

@@ -263,22 +263,32 @@ reply client::routed(const std::string& key, std::int64_t deadline_ns, Send&& se
       if (left <= pause_ns) return r;
       std::this_thread::sleep_for(std::chrono::nanoseconds(pause_ns));
       pause_ns = std::min<std::int64_t>(pause_ns * 2, 200'000'000);
+      // Start again from the slot's owner: TRYAGAIN may come from the node
+      // an ASK named, which serves nobody without ASKING. A slot mid-move
+      // can redirect any number of times before its keys are together, so
+      // only the deadline bounds the retries.
+      {
+        std::lock_guard g(mu_);
+        target = node_for_slot(slot);
+      }
+      redirects = 0;
       continue;
     }
     return r;
   }
 }
 
-reply client::eval(const script& s, const std::string& key, const std::vector<std::string>& args,
-                   std::int64_t deadline_ns) {
+reply client::eval(const script& s, const std::vector<std::string>& keys,
+                   const std::vector<std::string>& args, std::int64_t deadline_ns) {
+  const std::string numkeys = std::to_string(keys.size());
   std::vector<std::string_view> cmd;
-  cmd.reserve(args.size() + 4);
+  cmd.reserve(args.size() + keys.size() + 3);
   cmd.push_back("EVALSHA");
   cmd.push_back(s.sha());
-  cmd.push_back("1");
-  cmd.push_back(key);
+  cmd.push_back(numkeys);
+  for (const auto& k : keys) cmd.push_back(k);
   for (const auto& a : args) cmd.push_back(a);
-  return routed(key, deadline_ns, [&](connection& c, bool asking) {
+  return routed(keys.front(), deadline_ns, [&](connection& c, bool asking) {
     c.append(cmd);
     if (asking) c.read(deadline_ns);  // ASKING's +OK
     reply r = c.read(deadline_ns);

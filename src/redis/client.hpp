@@ -50,11 +50,12 @@ class client {
   client(const client&) = delete;
   client& operator=(const client&) = delete;
 
-  /// Runs `s` with the one key `key` and `args` on the node that serves
-  /// the key's slot. Error replies are returned (except redirections and
-  /// NOSCRIPT, which are handled); I/O failures throw io_error.
-  reply eval(const script& s, const std::string& key, const std::vector<std::string>& args,
-             std::int64_t deadline_ns);
+  /// Runs `s` with `keys` (of one slot; keys[0] routes) and `args` on the
+  /// node that serves the slot. Error replies are returned (except
+  /// redirections, NOSCRIPT, and TRYAGAIN, CLUSTERDOWN and LOADING while
+  /// the deadline allows a retry); I/O failures throw io_error.
+  reply eval(const script& s, const std::vector<std::string>& keys,
+             const std::vector<std::string>& args, std::int64_t deadline_ns);
   /// Runs a command on the node that serves `key`'s slot.
   reply command(const std::string& key, const std::vector<std::string_view>& args,
                 std::int64_t deadline_ns);

@@ -3,6 +3,7 @@
 #include "redis/scripts.hpp"
 
 #include <string>
+#include <vector>
 
 namespace shmsem::detail::redis::scripts {
 
@@ -12,19 +13,56 @@ namespace {
 // 1.7e15 us) stay exact below 2^53, but tostring() would print them with 14
 // digits, so int() formats every large number handed back to Redis.
 constexpr const char* kPrelude = R"lua(
+-- KEYS are every key of the semaphore, in the order of keys() in
+-- scripts.hpp, and a script touches no other. So a cluster node that has
+-- only some of them (a slot being resharded) refuses the whole script
+-- (ASK, TRYAGAIN) instead of running it halfway.
 local P = KEYS[1]
-local LEASES, EXPIRY, SESSIONS = P .. ':leases', P .. ':expiry', P .. ':sessions'
-local QUEUE, WAITERS, IDLE = P .. ':queue', P .. ':waiters', P .. ':idle'
-local FORMAT = 'shmsem-redis/1'
+local LEASES, EXPIRY, SESSIONS = KEYS[2], KEYS[3], KEYS[4]
+local QUEUE, WAITERS, IDLE = KEYS[5], KEYS[6], KEYS[7]
+local OWN, MARKS, MARKS_DUE = KEYS[8], KEYS[9], KEYS[10]
+local FORMAT = 'shmsem-redis/2'
+-- Each hash and sorted set keeps this member (zsets at score +inf), so
+-- that it exists even when empty: a node that migrates a slot refuses a
+-- script while a declared key is missing, and an empty key is missing too.
+local NONE = '.'
+local HASHES = {LEASES, WAITERS, IDLE, OWN, MARKS}
+local ZSETS = {EXPIRY, SESSIONS, QUEUE, MARKS_DUE}
 local KEEP_LOST_MS = 3600000
 local HALF_LIFE_US = 10000000
 local BOUNDS = {100, 1000, 5000, 10000, 50000, 100000, 500000, 1000000, 5000000, 10000000,
                 60000000, 300000000}
 local TYPES = {[LEASES] = 'hash', [EXPIRY] = 'zset', [SESSIONS] = 'zset', [QUEUE] = 'zset',
-               [WAITERS] = 'hash', [IDLE] = 'hash'}
+               [WAITERS] = 'hash', [IDLE] = 'hash', [OWN] = 'hash', [MARKS] = 'hash',
+               [MARKS_DUE] = 'zset'}
 
 local function int(x) return string.format('%d', x) end
-local function own(sid) return P .. ':own:' .. sid end
+
+-- What a session owns ("l<id>" leases, "w<id>" waits), space-separated in
+-- its field of OWN.
+local function owned(sid)
+  local out = {}
+  local v = redis.call('HGET', OWN, sid)
+  if v then
+    for m in string.gmatch(v, '%S+') do out[#out + 1] = m end
+  end
+  return out
+end
+local function own_add(sid, m)
+  local v = redis.call('HGET', OWN, sid)
+  redis.call('HSET', OWN, sid, v and (v .. ' ' .. m) or m)
+end
+local function own_del(sid, m)
+  local keep = {}
+  for _, x in ipairs(owned(sid)) do
+    if x ~= m then keep[#keep + 1] = x end
+  end
+  if #keep == 0 then
+    redis.call('HDEL', OWN, sid)
+  else
+    redis.call('HSET', OWN, sid, table.concat(keep, ' '))
+  end
+end
 
 local function now_us()
   local t = redis.call('TIME')
@@ -62,8 +100,9 @@ local function waiter_rec(r) return split(r, 8) end
 -- with a TTL and `idlers` the wait_idle() callers, so that a script can
 -- skip a call when there is nothing to look at.
 local HOT = {'format', 'epoch', 'cap', 'used', 'ew', 'ewt', 'seq', 'queued', 'ttls', 'idlers',
-             'acquired', 'released', 'w0', 'ws', 'hs'}
+             'acquired', 'released', 'w0', 'ws', 'hs', 'marks'}
 local S = nil
+local found_format = nil
 
 local function load()
   local m = redis.pcall('HMGET', P, unpack(HOT))
@@ -71,6 +110,10 @@ local function load()
   if not m[1] then
     if redis.call('EXISTS', P) == 1 then return 'garbage' end
     return 'absent'
+  end
+  if m[1] ~= FORMAT and string.sub(m[1], 1, 13) == 'shmsem-redis/' then
+    found_format = m[1]
+    return 'format'
   end
   if m[1] ~= FORMAT or not tonumber(m[3]) or not tonumber(m[4]) then return 'garbage' end
   S = {epoch = m[2], msgs = {}, dirty = {}}
@@ -86,6 +129,7 @@ local function add(field, d) set(field, S[field] + d) end
 
 local function problem(st)
   if st == 'wrongtype' then return {'wrongtype', P, redis.call('TYPE', P).ok} end
+  if st == 'format' then return {'format', P, found_format} end
   return {st, P}
 end
 
@@ -99,10 +143,14 @@ end
 
 local function create(cap, epoch, now)
   -- Keys left by a semaphore whose main hash was deleted are stale.
-  for _, sid in ipairs(redis.call('ZRANGE', SESSIONS, 0, -1)) do redis.call('DEL', own(sid)) end
-  -- One key per DEL: while a cluster slot is being imported, a command on
-  -- several keys that are not all there is refused.
-  for k, _ in pairs(TYPES) do redis.call('DEL', k) end
+  for _, k in ipairs(HASHES) do
+    redis.call('DEL', k)
+    redis.call('HSET', k, NONE, '')
+  end
+  for _, k in ipairs(ZSETS) do
+    redis.call('DEL', k)
+    redis.call('ZADD', k, '+inf', NONE)
+  end
   redis.call('HSET', P, 'format', FORMAT, 'epoch', epoch, 'cap', cap, 'used', 0, 'seq', int(now),
              'ew', 0, 'ewt', int(now), 'created', int(now), 'queued', 0, 'ttls', 0, 'idlers', 0)
 end
@@ -189,6 +237,22 @@ local function next_id(now)
   return id
 end
 
+-- Records kept an hour: "l<lease id>" why a lease ended without its
+-- release, "v<request>" an acquire that must grant nothing (see void()).
+-- They expire by hand, from MARKS_DUE, in reap().
+local function mark(name, value, now)
+  add('marks', redis.call('HSET', MARKS, name, value))
+  redis.call('ZADD', MARKS_DUE, int(now + KEEP_LOST_MS * 1000), name)
+end
+
+local function prune_marks(now)
+  if S.marks <= 0 then return end
+  local due = redis.call('ZRANGEBYSCORE', MARKS_DUE, '-inf', int(now), 'LIMIT', 0, 100)
+  if #due == 0 then return end
+  add('marks', -redis.call('HDEL', MARKS, unpack(due)))
+  redis.call('ZREM', MARKS_DUE, unpack(due))
+end
+
 local function new_lease(sid, n, ttl_ms, now, pid, request, host)
   local id = next_id(now)
   local exp = 0
@@ -199,7 +263,7 @@ local function new_lease(sid, n, ttl_ms, now, pid, request, host)
   end
   redis.call('HSET', LEASES, int(id), sid .. '|' .. n .. '|' .. int(now) .. '|' .. int(exp) .. '|' ..
              pid .. '|' .. request .. '|' .. host)
-  redis.call('SADD', own(sid), 'l' .. int(id))
+  own_add(sid, 'l' .. int(id))
   add('acquired', 1)
   add('used', n)
   return id
@@ -212,7 +276,7 @@ local function end_lease(id, rec, why, now)
     redis.call('ZREM', EXPIRY, id)
     add('ttls', -1)
   end
-  redis.call('SREM', own(rec[1]), 'l' .. id)
+  own_del(rec[1], 'l' .. id)
   local n = tonumber(rec[2])
   add('used', -n)
   if why == 'released' then
@@ -221,12 +285,12 @@ local function end_lease(id, rec, why, now)
   else
     redis.call('HINCRBY', P, why, 1)
     redis.call('HINCRBY', P, 'reclaimed_seats', n)
-    redis.call('SET', P .. ':lost:' .. id, why .. '|' .. int(now), 'PX', KEEP_LOST_MS)
+    mark('l' .. id, why .. '|' .. int(now), now)
   end
 end
 
 local function lost(id)
-  return redis.call('GET', P .. ':lost:' .. id) or 'unknown'
+  return redis.call('HGET', MARKS, 'l' .. id) or 'unknown'
 end
 
 local function expired(rec, now)
@@ -243,7 +307,7 @@ local function reap_sessions(dead, now)
       redis.call('HDEL', IDLE, sid)
       add('idlers', -idling)
     end
-    for _, m in ipairs(redis.call('SMEMBERS', own(sid))) do
+    for _, m in ipairs(owned(sid)) do
       local id = string.sub(m, 2)
       if string.sub(m, 1, 1) == 'l' then
         local r = redis.call('HGET', LEASES, id)
@@ -257,13 +321,14 @@ local function reap_sessions(dead, now)
         dequeue(id)
       end
     end
-    redis.call('DEL', own(sid))
+    redis.call('HDEL', OWN, sid)
   end
   return freed
 end
 
 -- Ends dead sessions and expired leases. Cheap when there are none.
 local function reap(now)
+  prune_marks(now)
   local freed = 0
   local dead = redis.call('ZRANGEBYSCORE', SESSIONS, '-inf', int(now))
   if #dead > 0 then freed = reap_sessions(dead, now) end
@@ -311,7 +376,7 @@ end
 local function grant_queued(now)
   while S.queued > 0 do
     local head = redis.call('ZRANGE', QUEUE, 0, 0)
-    if #head == 0 then
+    if #head == 0 or head[1] == NONE then
       set('queued', 0)
       return
     end
@@ -342,8 +407,8 @@ end
 -- mark stops it if it comes later; its lease or queued wait goes if it
 -- came first.
 local function void(request, sid, now)
-  redis.call('SET', P .. ':void:' .. request, 1, 'PX', KEEP_LOST_MS)
-  for _, m in ipairs(redis.call('SMEMBERS', own(sid))) do
+  mark('v' .. request, '1', now)
+  for _, m in ipairs(owned(sid)) do
     local id = string.sub(m, 2)
     if string.sub(m, 1, 1) == 'l' then
       local r = redis.call('HGET', LEASES, id)
@@ -357,7 +422,7 @@ local function void(request, sid, now)
       if w and ((w[1] == 'Q' and w[7] == request) or (w[1] == 'G' and w[4] == request)) then
         redis.call('HDEL', WAITERS, id)
         dequeue(id)
-        redis.call('SREM', own(sid), m)
+        own_del(sid, m)
       end
     end
   end
@@ -388,7 +453,7 @@ end
 
 local function next_expiry(now)
   local e = redis.call('ZRANGE', EXPIRY, 0, 0, 'WITHSCORES')
-  if #e == 0 then return -1 end
+  if #e == 0 or e[1] == NONE then return -1 end
   local d = tonumber(e[2]) - now
   if d < 0 then d = 0 end
   return math.floor(d / 1000) + 1
@@ -410,7 +475,7 @@ return {'ok', S.epoch, S.cap, channels_allowed()}
 )lua";
 
 constexpr const char* kAcquire = R"lua(
-if redis.call('EXISTS', P .. ':void:' .. ARGV[10]) == 1 then return {'void'} end
+if redis.call('HEXISTS', MARKS, 'v' .. ARGV[10]) == 1 then return {'void'} end
 local now = now_us()
 local st = load()
 if st == 'absent' and tonumber(ARGV[1]) > 0 then
@@ -442,7 +507,7 @@ else
     redis.call('HSET', WAITERS, wid, 'Q|' .. sid .. '|' .. n .. '|' .. ARGV[6] .. '|' .. int(now) ..
                '|' .. ARGV[7] .. '|' .. ARGV[10] .. '|' .. ARGV[8])
     enqueue(wid)
-    redis.call('SADD', own(sid), 'w' .. wid)
+    own_add(sid, 'w' .. wid)
     result = {'queued', S.epoch, tonumber(wid), S.cap, S.used, next_expiry(now)}
   end
 end
@@ -540,12 +605,12 @@ for _, wid in ipairs(list(1)) do
       dequeue(wid)
     end
     redis.call('HDEL', WAITERS, wid)
-    redis.call('SREM', own(sid), 'w' .. wid)
+    own_del(sid, 'w' .. wid)
   end
 end
 for _, wid in ipairs(list(1)) do
   redis.call('HDEL', WAITERS, wid)
-  redis.call('SREM', own(sid), 'w' .. wid)
+  own_del(sid, 'w' .. wid)
 end
 local leases = list(2)
 local lease_status = {}
@@ -596,7 +661,7 @@ local result = {'gone'}
 if r then
   local kind = string.sub(r, 1, 1)
   redis.call('HDEL', WAITERS, wid)
-  redis.call('SREM', own(sid), 'w' .. wid)
+  own_del(sid, 'w' .. wid)
   if kind == 'G' then
     local g = split(r, 4)
     if ARGV[6] == '1' then
@@ -646,15 +711,17 @@ if stop then return stop end
 local displaced = 0
 local all = redis.call('HGETALL', LEASES)
 for k = 1, #all, 2 do
-  local id, rec = all[k], lease_rec(all[k + 1])
-  local d = redis.call('ZSCORE', SESSIONS, rec[1])
-  if expired(rec, now) then
-    end_lease(id, rec, 'expired', now)
-  elseif (not d) or tonumber(d) <= now then
-    end_lease(id, rec, 'reaped', now)
-  else
-    end_lease(id, rec, 'force_released', now)
-    displaced = displaced + 1
+  if all[k] ~= NONE then
+    local id, rec = all[k], lease_rec(all[k + 1])
+    local d = redis.call('ZSCORE', SESSIONS, rec[1])
+    if expired(rec, now) then
+      end_lease(id, rec, 'expired', now)
+    elseif (not d) or tonumber(d) <= now then
+      end_lease(id, rec, 'reaped', now)
+    else
+      end_lease(id, rec, 'force_released', now)
+      displaced = displaced + 1
+    end
   end
 end
 grant_queued(now)
@@ -680,17 +747,19 @@ local holders = {}
 if ARGV[1] == '1' then
   local all = redis.call('HGETALL', LEASES)
   for k = 1, #all, 2 do
-    local rec = lease_rec(all[k + 1])
-    local d = redis.call('ZSCORE', SESSIONS, rec[1])
-    local state = 'alive'
-    if expired(rec, now) then state = 'expired'
-    elseif (not d) or tonumber(d) <= now then state = 'dead' end
-    for _, v in ipairs({all[k], rec[2], rec[3], rec[4], rec[5], rec[7], state}) do
-      holders[#holders + 1] = v
+    if all[k] ~= NONE then
+      local rec = lease_rec(all[k + 1])
+      local d = redis.call('ZSCORE', SESSIONS, rec[1])
+      local state = 'alive'
+      if expired(rec, now) then state = 'expired'
+      elseif (not d) or tonumber(d) <= now then state = 'dead' end
+      for _, v in ipairs({all[k], rec[2], rec[3], rec[4], rec[5], rec[7], state}) do
+        holders[#holders + 1] = v
+      end
     end
   end
 end
-return {'ok', int(now), redis.call('HGETALL', P), redis.call('ZCARD', QUEUE), holders}
+return {'ok', int(now), redis.call('HGETALL', P), S.queued, holders}
 )lua";
 
 constexpr const char* kIdle = R"lua(
@@ -719,10 +788,7 @@ if st == 'absent' then return {'ok', 0} end
 if st ~= 'ok' then return problem(st) end
 local bad = check_types()
 if bad then return bad end
-if ARGV[1] == '1' and (redis.call('HLEN', LEASES) > 0 or redis.call('ZCARD', QUEUE) > 0) then
-  return {'busy'}
-end
-for _, sid in ipairs(redis.call('ZRANGE', SESSIONS, 0, -1)) do redis.call('DEL', own(sid)) end
+if ARGV[1] == '1' and (redis.call('HLEN', LEASES) > 1 or S.queued > 0) then return {'busy'} end
 for k, _ in pairs(TYPES) do redis.call('DEL', k) end
 redis.call('DEL', P)
 return {'ok', 1}
@@ -735,6 +801,14 @@ const script& make(const char* body) {
 }
 
 }  // namespace
+
+std::vector<std::string> keys(const std::string& meta) {
+  std::vector<std::string> out{meta};
+  for (const char* suffix : {":leases", ":expiry", ":sessions", ":queue", ":waiters", ":idle",
+                             ":own", ":marks", ":marks-due"})
+    out.push_back(meta + suffix);
+  return out;
+}
 
 const script& open() {
   static const script& s = make(kOpen);

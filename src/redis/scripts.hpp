@@ -1,9 +1,16 @@
 // redis/scripts.hpp: the Lua scripts that are the Redis backend's only way
 // to change a semaphore. Each state change is one script, so it is atomic
-// on the server; each script touches only keys that start with the
-// semaphore's main key "shmsem{KEY}", so in a cluster it runs in one slot.
+// on the server. A semaphore is a fixed set of keys (keys() below), all
+// starting with its main key "shmsem{KEY}", so in a cluster they share one
+// slot; every script is given all of them as KEYS and touches no other.
+// While a slot is being resharded, a node that lacks any of them refuses
+// the whole script (ASK, or TRYAGAIN, which the client retries), so a
+// script never runs on half a semaphore. For the same reason each hash and
+// sorted set keeps a placeholder member "." (a zset's at score +inf) and
+// never becomes empty: an empty key does not exist, and would hold every
+// script back for the whole migration.
 //
-// What is stored, all under the hash tag {KEY}:
+// What is stored (format "shmsem-redis/2"), all under the hash tag {KEY}:
 //   shmsem{KEY}            hash: format, epoch, cap, used, seq (the last
 //                          lease or waiter id: ids are fencing tokens, the
 //                          server's time in us or the last id + 1), the
@@ -12,13 +19,15 @@
 //   shmsem{KEY}:expiry     zset: lease id -> expiry (leases with a TTL only)
 //   shmsem{KEY}:sessions   zset: session id -> deadline; a session whose
 //                          deadline passed is dead, with its leases and waits
-//   shmsem{KEY}:own:SID    set: "l<id>" and "w<id>" of one session
 //   shmsem{KEY}:queue      zset: waiter id -> waiter id (FIFO)
 //   shmsem{KEY}:waiters    hash: waiter id -> "Q|sid|n|ttl_ms|enqueued_us|pid|request|host",
 //                          then "G|sid|lease id|request" (granted) or "R|sid" (rejected)
 //   shmsem{KEY}:idle       hash: session id -> wait_idle() callers
-//   shmsem{KEY}:lost:ID    string, kept an hour: why lease ID ended without release
-//   shmsem{KEY}:void:REQ   string, kept an hour: acquire request REQ must grant nothing
+//   shmsem{KEY}:own        hash: session id -> "l<id> w<id> ...", what it owns
+//   shmsem{KEY}:marks      hash, each field kept an hour: "l<id>" -> why lease
+//                          <id> ended without release; "v<REQ>" -> acquire
+//                          request REQ must grant nothing
+//   shmsem{KEY}:marks-due  zset: field of :marks -> when it goes (us)
 // Times are the server's (TIME), in microseconds, so clients' clocks never
 // matter. Grants are published on "shmsem{KEY}:ev:SID" (the waiter's
 // session) as "g<wid>:<lease>" and "r<wid>"; "shmsem{KEY}:ev-idle" hears
@@ -26,13 +35,18 @@
 //
 // Each script returns an array whose first element says what happened;
 // "absent" (no such semaphore), "garbage" (the main key is a hash that is
-// not ours) and "wrongtype" (a key holds another Redis type; the key and
+// not ours), "format" (a semaphore stored in another format, which follows
+// the key) and "wrongtype" (a key holds another Redis type; the key and
 // its type follow) can come from any of them, and nothing is written then.
 #pragma once
 
 #include "redis/client.hpp"
 
 namespace shmsem::detail::redis::scripts {
+
+/// Every key of the semaphore whose main key is `meta` ("shmsem{KEY}"):
+/// the KEYS of each script, in the order the scripts expect.
+std::vector<std::string> keys(const std::string& meta);
 
 /// ARGV: create_cap (0: do not create), new_epoch.
 /// -> {"ok"|"created", epoch, cap} | {"absent"}

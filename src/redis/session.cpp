@@ -113,6 +113,7 @@ semaphore_state::semaphore_state(std::shared_ptr<client> c, url u)
       where(std::move(u)),
       sid(random_id(20)),
       meta(meta_key(where.key)),
+      keys(scripts::keys(meta)),
       channel(meta + ":ev:" + sid),
       idle_channel(meta + ":ev-idle"),
       host(host_name()),
@@ -343,7 +344,7 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
   reply r;
   std::string failure;
   try {
-    r = s.cli->eval(scripts::renew(), s.meta, args, deadline);
+    r = s.cli->eval(scripts::renew(), s.keys, args, deadline);
     if (r.is_error()) failure = std::string(r.str());
   } catch (const io_error& e) {
     failure = e.what();
@@ -431,7 +432,7 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
         const long long next = r.at(5).integer();
         s.expiry_due_ns = next < 0 ? 0 : sent_at + ms_ns(next);
       } else {
-        // "epoch", "absent", "garbage" or "wrongtype": the data these
+        // "epoch", "absent", "garbage", "format" or "wrongtype": the data these
         // permits were granted in is gone.
         const std::string e = status == "epoch" ? std::string(r.at(1).str()) : std::string();
         for (lease* l : s.leases)

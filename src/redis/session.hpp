@@ -113,10 +113,11 @@ struct semaphore_state {
 
   const std::shared_ptr<client> cli;
   const url where;
-  const std::string sid;           // random, per process and semaphore
-  const std::string meta;          // shmsem{KEY}
-  const std::string channel;       // this session's grants
-  const std::string idle_channel;  // "the last seat was freed"
+  const std::string sid;                // random, per process and semaphore
+  const std::string meta;               // shmsem{KEY}
+  const std::vector<std::string> keys;  // every key: the KEYS of each script
+  const std::string channel;            // this session's grants
+  const std::string idle_channel;       // "the last seat was freed"
   const std::string host;
   const pid_t pid;
   const std::uint64_t fork_gen;
