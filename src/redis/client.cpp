@@ -233,10 +233,29 @@ reply client::routed(const std::string& key, std::int64_t deadline_ns, Send&& se
     asking = false;
     if (!r.is_error()) return r;
     const std::string_view e = r.str();
+    // A resharding or failover in progress, or a restarted server loading
+    // its data: waits a little and starts again from the slot's owner,
+    // within the deadline; false when the deadline allows no more.
+    auto pause = [&] {
+      if (deadline_ns - sys::precise_now_ns() <= pause_ns) return false;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(pause_ns));
+      pause_ns = std::min<std::int64_t>(pause_ns * 2, 200'000'000);
+      {
+        std::lock_guard g(mu_);
+        target = node_for_slot(slot);
+      }
+      redirects = 0;
+      return true;
+    };
     const bool moved = starts(e, "MOVED");
     const bool ask = starts(e, "ASK");
     if (moved || ask) {
-      if (++redirects > kMaxRedirects) return r;
+      // Nodes can send the slot back and forth while a migration ends (one
+      // has taken the slot, the other not yet): a loop is waited out.
+      if (++redirects > kMaxRedirects) {
+        if (pause()) continue;
+        return r;
+      }
       // "MOVED <slot> <host>:<port>"
       const auto last = e.rfind(' ');
       const std::string_view where = e.substr(last + 1);
@@ -256,23 +275,13 @@ reply client::routed(const std::string& key, std::int64_t deadline_ns, Send&& se
       asking = ask;
       continue;
     }
+    // TRYAGAIN may come from the node an ASK named, which serves nobody
+    // without ASKING: hence the new start from the slot's owner. A slot
+    // mid-move refuses a script on several keys until they are together,
+    // for as long as the move takes, so only the deadline bounds the retries.
     if (starts(e, "TRYAGAIN") || starts(e, "CLUSTERDOWN") || starts(e, "LOADING")) {
-      // A resharding or failover in progress, or a restarted server
-      // loading its data: try again shortly, within the deadline.
-      const std::int64_t left = deadline_ns - sys::precise_now_ns();
-      if (left <= pause_ns) return r;
-      std::this_thread::sleep_for(std::chrono::nanoseconds(pause_ns));
-      pause_ns = std::min<std::int64_t>(pause_ns * 2, 200'000'000);
-      // Start again from the slot's owner: TRYAGAIN may come from the node
-      // an ASK named, which serves nobody without ASKING. A slot mid-move
-      // can redirect any number of times before its keys are together, so
-      // only the deadline bounds the retries.
-      {
-        std::lock_guard g(mu_);
-        target = node_for_slot(slot);
-      }
-      redirects = 0;
-      continue;
+      if (pause()) continue;
+      return r;
     }
     return r;
   }
