@@ -7,7 +7,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <set>
 #include <sstream>
@@ -31,13 +33,18 @@ std::string trim(std::string s) {
   return s;
 }
 
-// Which node serves `slot`: the one whose CLUSTER COUNTKEYSINSLOT would
-// not redirect. Each node knows the map; ask the first.
-int node_of_slot(redis_cluster& c, int slot) {
+struct slot_range {
+  long lo, hi;
+  int node;
+};
+
+// The slot map, as node 0 knows it.
+std::vector<slot_range> slot_map(redis_cluster& c) {
   std::istringstream in(c.node(0).cli({"CLUSTER", "SLOTS"}));
   // redis-cli prints the nested reply flat: start, end, ip, port, id, ...
   std::vector<std::string> words;
   for (std::string w; in >> w;) words.push_back(w);
+  std::vector<slot_range> out;
   for (std::size_t i = 0; i + 3 < words.size(); ++i) {
     long lo, hi, port;
     try {
@@ -48,10 +55,16 @@ int node_of_slot(redis_cluster& c, int slot) {
     } catch (...) {
       continue;
     }
-    if (slot < lo || slot > hi) continue;
     for (int n = 0; n < 3; ++n)
-      if (c.node(n).port() == port) return n;
+      if (c.node(n).port() == port) out.push_back({lo, hi, n});
   }
+  return out;
+}
+
+// Which node serves `slot`.
+int node_of_slot(redis_cluster& c, int slot) {
+  for (const auto& r : slot_map(c))
+    if (slot >= r.lo && slot <= r.hi) return r.node;
   return -1;
 }
 
@@ -231,11 +244,11 @@ struct reshard_load {
 // moves back and forth between two nodes while 3 processes x 2 threads
 // acquire and release through a third. Nothing may fail, the bound must
 // hold, and afterwards every seat is there again.
-TEST(RedisCluster, ReshardingTheSlotUnderLoadLosesNoSeat) {
-  redis_cluster c;
+//
+// `move_from_to(from, to)` moves the semaphore's slot, which node 1 owns at first.
+void reshard_under_load(redis_cluster& c, const std::string& name, int moves,
+                        const std::function<void(int, int)>& move_from_to) {
   constexpr int kCapacity = 2;
-  const std::string name = name_on_node(c, 1, "resharded");
-  const std::string slot = std::to_string(key_slot("shmsem{" + name + "}"));
   std::vector<std::string> mset = {"MSET"};
   for (int i = 0; i < 300; ++i)
     mset.insert(mset.end(), {"other{" + name + "}" + std::to_string(i), "x"});
@@ -276,13 +289,13 @@ TEST(RedisCluster, ReshardingTheSlotUnderLoadLosesNoSeat) {
     });
 
   int owner = 1;
-  for (int move = 0; move < 6 && !HasFatalFailure(); ++move) {
+  for (int move = 0; move < moves && !::testing::Test::HasFatalFailure(); ++move) {
     // Each move starts under load: some pairs since the last one.
     const long before = load->pairs.load();
     ASSERT_TRUE(eventually([&] { return load->pairs.load() >= before + 20; }, 20s))
         << "the workers made no progress before move " << move;
     const int to = owner == 1 ? 2 : 1;
-    move_slot(c, slot, owner, to);
+    move_from_to(owner, to);
     owner = to;
   }
   const long before = load->pairs.load();
@@ -301,6 +314,39 @@ TEST(RedisCluster, ReshardingTheSlotUnderLoadLosesNoSeat) {
   auto both = s.acquire(kCapacity, {.wait_timeout = 10s});
   EXPECT_EQ(s.used(), kCapacity);
   ::munmap(mem, sizeof(reshard_load));
+}
+
+TEST(RedisCluster, ReshardingTheSlotUnderLoadLosesNoSeat) {
+  redis_cluster c;
+  const std::string name = name_on_node(c, 1, "resharded");
+  const std::string slot = std::to_string(key_slot("shmsem{" + name + "}"));
+  reshard_under_load(c, name, 6, [&](int from, int to) { move_slot(c, slot, from, to); });
+}
+
+// The same with redis-cli itself. `--cluster reshard --cluster-slots 1`
+// moves the lowest slot of the source, so the semaphore lives in node 1's
+// lowest slot, which stays the lowest of whichever node has it.
+TEST(RedisCluster, RedisCliReshardUnderLoadLosesNoSeat) {
+  redis_cluster c;
+  long lowest = 16384;
+  for (const auto& r : slot_map(c))
+    if (r.node == 1) lowest = std::min(lowest, r.lo);
+  ASSERT_LT(lowest, 16384);
+  std::string name;
+  for (int i = 0; name.empty(); ++i)
+    if (key_slot("shmsem{cli-resharded." + std::to_string(i) + "}") == lowest)
+      name = "cli-resharded." + std::to_string(i);
+  std::string ids[3];
+  for (int n = 0; n < 3; ++n) ids[n] = trim(c.node(n).cli({"CLUSTER", "MYID"}));
+  // Four moves: redis-cli takes seconds for each (it waits for the nodes
+  // to agree on the new owner).
+  reshard_under_load(c, name, 4, [&](int from, int to) {
+    const std::string out = c.node(0).cli(
+        {"--cluster", "reshard", "127.0.0.1:" + std::to_string(c.node(0).port()), "--cluster-from",
+         ids[from], "--cluster-to", ids[to], "--cluster-slots", "1", "--cluster-yes"});
+    EXPECT_EQ(node_of_slot(c, static_cast<int>(lowest)), to) << "redis-cli did not move the slot:\n"
+                                                             << out;
+  });
 }
 
 }  // namespace
