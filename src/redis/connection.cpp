@@ -181,13 +181,14 @@ int connection::fd() const noexcept {
   return c_->fd;
 }
 
-void connection::set_deadline(std::int64_t deadline_ns) {
+// Socket timeouts are not used: setting them costs two system calls per
+// command, and poll() with the time left bounds every wait on its own.
+void connection::check_deadline(std::int64_t deadline_ns) {
   if (deadline_ns - sys::precise_now_ns() <= 0) {
     broken_ = true;
     throw io_error(std::make_error_code(std::errc::timed_out),
                    "no time left to talk to " + ep_.where());
   }
-  if (redisSetTimeout(c_, remaining(deadline_ns)) != REDIS_OK) fail("setting a timeout");
 }
 
 void connection::fail(const char* doing) {
@@ -220,20 +221,31 @@ void connection::append(const std::vector<std::string_view>& args) {
 // raises SIGPIPE, which kills a program that did not ignore it. A library
 // must not change that for its host process: queued commands are sent here
 // with MSG_NOSIGNAL instead, so hiredis's own output buffer stays empty.
+// The send never blocks: a full socket buffer is waited out with poll()
+// within the deadline.
 void connection::send_queued(std::int64_t deadline_ns) {
-  set_deadline(deadline_ns);
+  check_deadline(deadline_ns);
   std::size_t done = 0;
   while (done < out_.size()) {
     const ssize_t n = sys::send_nosignal(c_->fd, out_.data() + done, out_.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      broken_ = true;
-      const std::error_code code = err == EAGAIN ? std::make_error_code(std::errc::timed_out)
-                                                 : std::error_code(err, std::system_category());
-      throw io_error(code, "writing to " + ep_.where() + ": " + code.message());
+    if (n >= 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
     }
-    done += static_cast<std::size_t>(n);
+    int err = errno;
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      const std::int64_t left = deadline_ns - sys::precise_now_ns();
+      pollfd p{c_->fd, POLLOUT, 0};
+      const int ready =
+          left <= 0 ? 0 : sys::poll_fds(&p, 1, static_cast<int>((left + 999'999) / 1'000'000));
+      if (ready > 0 || (ready < 0 && errno == EINTR)) continue;
+      err = ready == 0 ? EAGAIN : errno;
+    }
+    broken_ = true;
+    const std::error_code code = err == EAGAIN ? std::make_error_code(std::errc::timed_out)
+                                               : std::error_code(err, std::system_category());
+    throw io_error(code, "writing to " + ep_.where() + ": " + code.message());
   }
   out_.clear();
 }

@@ -95,7 +95,9 @@ class connection {
 
  private:
   connection(redisContext* c, const endpoint& ep) : c_(c), ep_(ep) {}
-  void set_deadline(std::int64_t deadline_ns);
+  /// Throws io_error (timed_out) and marks the connection broken if the
+  /// deadline has passed.
+  void check_deadline(std::int64_t deadline_ns);
   /// Throws io_error (message_size) if more than kMaxReplyBytes wait unparsed.
   void check_size();
   void send_queued(std::int64_t deadline_ns);

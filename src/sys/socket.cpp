@@ -12,7 +12,7 @@
 namespace shmsem::sys {
 
 ssize_t send_nosignal(int fd, const void* data, std::size_t size) noexcept {
-  return ::send(fd, data, size, MSG_NOSIGNAL);
+  return ::send(fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 int event_open() noexcept {

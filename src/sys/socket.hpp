@@ -11,9 +11,11 @@
 
 namespace shmsem::sys {
 
-/// send(2) with MSG_NOSIGNAL: a server that went away gives EPIPE, not a
-/// SIGPIPE that would kill a host process that did not ignore it. Returns
-/// what send(2) returns, errno set on -1.
+/// send(2) with MSG_NOSIGNAL and MSG_DONTWAIT: a server that went away
+/// gives EPIPE, not a SIGPIPE that would kill a host process that did not
+/// ignore it, and a full socket buffer gives EAGAIN at once (the caller
+/// polls for POLLOUT within its own deadline), whatever timeout the socket
+/// has. Returns what send(2) returns, errno set on -1.
 ssize_t send_nosignal(int fd, const void* data, std::size_t size) noexcept;
 
 /// A non-blocking, close-on-exec eventfd, or -1 with errno set.
