@@ -150,11 +150,13 @@ Permit make_permit(const handle& h, const state_ptr& s, std::uint64_t id, const 
   bool poke;
   {
     std::lock_guard g(s->mu);
-    poke = !s->watched || l->auto_renew;
+    poke = !s->watched || (l->auto_renew && ttl_ms > 0);
     s->leases.push_back(l);
   }
   // A watched state has a renewal due no later than this lease needs one
-  // (unless it auto-renews at a shorter TTL): no need to wake the keeper.
+  // (unless it auto-renews a TTL, which may be shorter): no need to wake
+  // the keeper, a thread switch that would cost about as much as the
+  // acquire's own round trip.
   if (poke) keeper::get().watch(s);
   return access::make(l, n, ttl_ms, granted_ns);
 }
