@@ -102,8 +102,6 @@ std::string random_id(int hex_digits) {
   return s;
 }
 
-script::script(std::string text) : text_(std::move(text)), sha_(sha1_hex(text_)) {}
-
 std::shared_ptr<client> client::get(const endpoint& ep) {
   registry& r = get_registry();
   std::lock_guard g(r.mu);
@@ -292,8 +290,8 @@ reply client::eval(const script& s, const std::vector<std::string>& keys,
   const std::string numkeys = std::to_string(keys.size());
   std::vector<std::string_view> cmd;
   cmd.reserve(args.size() + keys.size() + 3);
-  cmd.push_back("EVALSHA");
-  cmd.push_back(s.sha());
+  cmd.push_back("FCALL");
+  cmd.push_back(s.function());
   cmd.push_back(numkeys);
   for (const auto& k : keys) cmd.push_back(k);
   for (const auto& a : args) cmd.push_back(a);
@@ -301,17 +299,17 @@ reply client::eval(const script& s, const std::vector<std::string>& keys,
     c.append(cmd);
     if (asking) c.read(deadline_ns);  // ASKING's +OK
     reply r = c.read(deadline_ns);
-    if (r.is_error() && starts(r.str(), "NOSCRIPT")) {
-      // Not cached on this node (new node, restart, SCRIPT FLUSH): EVAL
-      // sends the text once and caches it for the next EVALSHA.
-      cmd[0] = "EVAL";
-      cmd[1] = s.text();
+    if (r.is_error() && starts(r.str(), "ERR Function not found")) {
+      // Not loaded on this node (new node, restart without persistence,
+      // FUNCTION FLUSH): load this version's library once, then call again.
+      // REPLACE: another process may load the same library meanwhile.
+      c.append({"FUNCTION", "LOAD", "REPLACE", s.lib().code()});
+      reply loaded = c.read(deadline_ns);
+      if (loaded.is_error()) return loaded;
       if (asking) c.append({"ASKING"});
       c.append(cmd);
       if (asking) c.read(deadline_ns);
       r = c.read(deadline_ns);
-      cmd[0] = "EVALSHA";
-      cmd[1] = s.sha();
     }
     return r;
   });

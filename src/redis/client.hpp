@@ -1,6 +1,7 @@
 // redis/client.hpp: the process's way to one Redis deployment (a server or
 // a cluster): pooled connections, cluster routing that follows MOVED and
-// ASK, and Lua scripts run by EVALSHA with an EVAL fallback.
+// ASK, and Lua functions run by FCALL, their library loaded on each node
+// that does not have it yet.
 //
 // One client per server URL (address, database and login) per process,
 // shared by every semaphore on it and safe to use from many threads: each
@@ -28,16 +29,30 @@
 
 namespace shmsem::detail::redis {
 
-/// A Lua script and its SHA-1, hashed once.
-class script {
+/// A library of Lua functions (FUNCTION LOAD, Redis 7): its code runs once
+/// per server, not at every call as an EVAL script's would.
+class library {
  public:
-  explicit script(std::string text);
-  const std::string& text() const noexcept { return text_; }
-  const std::string& sha() const noexcept { return sha_; }
+  library(std::string name, std::string code) : name_(std::move(name)), code_(std::move(code)) {}
+  const std::string& name() const noexcept { return name_; }
+  /// The whole text FUNCTION LOAD takes, "#!lua name=..." first.
+  const std::string& code() const noexcept { return code_; }
 
  private:
-  std::string text_;
-  std::string sha_;
+  std::string name_;
+  std::string code_;
+};
+
+/// One function of a library, run with FCALL.
+class script {
+ public:
+  script(const library& lib, std::string function) : lib_(lib), function_(std::move(function)) {}
+  const library& lib() const noexcept { return lib_; }
+  const std::string& function() const noexcept { return function_; }
+
+ private:
+  const library& lib_;
+  std::string function_;
 };
 
 class client {
@@ -51,9 +66,10 @@ class client {
   client& operator=(const client&) = delete;
 
   /// Runs `s` with `keys` (of one slot; keys[0] routes) and `args` on the
-  /// node that serves the slot. Error replies are returned (except
-  /// redirections, NOSCRIPT, and TRYAGAIN, CLUSTERDOWN and LOADING while
-  /// the deadline allows a retry); I/O failures throw io_error.
+  /// node that serves the slot, loading its library there first if the
+  /// node lacks it. Error replies are returned (except redirections, a
+  /// missing function, and TRYAGAIN, CLUSTERDOWN and LOADING while the
+  /// deadline allows a retry); I/O failures throw io_error.
   reply eval(const script& s, const std::vector<std::string>& keys,
              const std::vector<std::string>& args, std::int64_t deadline_ns);
   /// Runs a command on the node that serves `key`'s slot.

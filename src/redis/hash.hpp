@@ -1,5 +1,5 @@
-// redis/hash.hpp: the two hashes the Redis protocol makes a client compute:
-// SHA-1 names a cached script (EVALSHA), CRC16 picks a key's cluster slot.
+// redis/hash.hpp: the two hashes the Redis backend computes: SHA-1 names a
+// version of its Lua library, CRC16 picks a key's cluster slot.
 #pragma once
 
 #include <string>
@@ -7,7 +7,7 @@
 
 namespace shmsem::detail::redis {
 
-/// The 40 lowercase hex digits of SHA-1(data), as SCRIPT LOAD reports them.
+/// The 40 lowercase hex digits of SHA-1(data).
 std::string sha1_hex(std::string_view data);
 
 /// The cluster slot (0..16383) of a key, honouring its {hash tag}.

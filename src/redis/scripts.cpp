@@ -2,6 +2,8 @@
 
 #include "redis/scripts.hpp"
 
+#include "redis/hash.hpp"
+
 #include <string>
 #include <vector>
 
@@ -13,28 +15,34 @@ namespace {
 // 1.7e15 us) stay exact below 2^53, but tostring() would print them with 14
 // digits, so int() formats every large number handed back to Redis.
 constexpr const char* kPrelude = R"lua(
--- KEYS are every key of the semaphore, in the order of keys() in
--- scripts.hpp, and a script touches no other. So a cluster node that has
--- only some of them (a slot being resharded) refuses the whole script
--- (ASK, TRYAGAIN) instead of running it halfway.
-local P = KEYS[1]
-local LEASES, EXPIRY, SESSIONS = KEYS[2], KEYS[3], KEYS[4]
-local QUEUE, WAITERS, IDLE = KEYS[5], KEYS[6], KEYS[7]
-local OWN, MARKS, MARKS_DUE = KEYS[8], KEYS[9], KEYS[10]
-local FORMAT = 'shmsem-redis/2'
+-- The keys of the semaphore a call is about, and its arguments: bind()
+-- sets them at the start of every call (see the end of this prelude).
+-- Each call is given every key of the semaphore, in the order of keys() in
+-- scripts.hpp, and touches no other. So a cluster node that has only some
+-- of them (a slot being resharded) refuses the whole call (ASK, TRYAGAIN)
+-- instead of running it halfway.
+local P, LEASES, EXPIRY, SESSIONS, QUEUE, WAITERS, IDLE, OWN, MARKS, MARKS_DUE
+local ARGV
+local FORMAT = 'shmsem-redis/3'
 -- Each hash and sorted set keeps this member (zsets at score +inf), so
 -- that it exists even when empty: a node that migrates a slot refuses a
--- script while a declared key is missing, and an empty key is missing too.
+-- call while a declared key is missing, and an empty key is missing too.
 local NONE = '.'
-local HASHES = {LEASES, WAITERS, IDLE, OWN, MARKS}
-local ZSETS = {EXPIRY, SESSIONS, QUEUE, MARKS_DUE}
+local function hashes() return {LEASES, WAITERS, IDLE, OWN, MARKS} end
+local function zsets() return {EXPIRY, SESSIONS, QUEUE, MARKS_DUE} end
+local function key_types()
+  return {[LEASES] = 'hash', [EXPIRY] = 'zset', [SESSIONS] = 'zset', [QUEUE] = 'zset',
+          [WAITERS] = 'hash', [IDLE] = 'hash', [OWN] = 'hash', [MARKS] = 'hash',
+          [MARKS_DUE] = 'zset'}
+end
 local KEEP_LOST_MS = 3600000
+local ABOUT = 'a shmsem semaphore (a bound on concurrent holders across hosts); its keys are ' ..
+              'changed only by the functions of a shmsem library'
+-- `sdue` with no session at all: later than any deadline (2^53 - 1 us).
+local NO_DEADLINE = 9007199254740991
 local HALF_LIFE_US = 10000000
 local BOUNDS = {100, 1000, 5000, 10000, 50000, 100000, 500000, 1000000, 5000000, 10000000,
                 60000000, 300000000}
-local TYPES = {[LEASES] = 'hash', [EXPIRY] = 'zset', [SESSIONS] = 'zset', [QUEUE] = 'zset',
-               [WAITERS] = 'hash', [IDLE] = 'hash', [OWN] = 'hash', [MARKS] = 'hash',
-               [MARKS_DUE] = 'zset'}
 
 local function int(x) return string.format('%d', x) end
 
@@ -97,10 +105,11 @@ local function waiter_rec(r) return split(r, 8) end
 -- one HSET by save(), rather than a call per counter (each redis.call
 -- costs about as much as the work it does). Rarer counters are bumped with
 -- HINCRBY where they change. `queued` counts the queue, `ttls` the leases
--- with a TTL and `idlers` the wait_idle() callers, so that a script can
+-- with a TTL and `idlers` the wait_idle() callers, and `sdue` is at or
+-- before the earliest session deadline (0: unknown), so that a script can
 -- skip a call when there is nothing to look at.
 local HOT = {'format', 'epoch', 'cap', 'used', 'ew', 'ewt', 'seq', 'queued', 'ttls', 'idlers',
-             'acquired', 'released', 'w0', 'ws', 'hs', 'marks'}
+             'acquired', 'released', 'w0', 'ws', 'hs', 'marks', 'sdue'}
 local S = nil
 local found_format = nil
 
@@ -134,7 +143,7 @@ local function problem(st)
 end
 
 local function check_types()
-  for k, want in pairs(TYPES) do
+  for k, want in pairs(key_types()) do
     local t = redis.call('TYPE', k).ok
     if t ~= 'none' and t ~= want then return {'wrongtype', k, t} end
   end
@@ -143,16 +152,22 @@ end
 
 local function create(cap, epoch, now)
   -- Keys left by a semaphore whose main hash was deleted are stale.
-  for _, k in ipairs(HASHES) do
+  for _, k in ipairs(hashes()) do
     redis.call('DEL', k)
     redis.call('HSET', k, NONE, '')
   end
-  for _, k in ipairs(ZSETS) do
+  for _, k in ipairs(zsets()) do
     redis.call('DEL', k)
     redis.call('ZADD', k, '+inf', NONE)
   end
+  -- `about`, longer than Redis's hash-max-listpack-value (64 bytes by
+  -- default), makes the main hash a hash table for good: every call reads
+  -- and writes several of its fields, and in a listpack each of those is a
+  -- scan and a rewrite of the whole hash (about a tenth of the server's
+  -- work for an acquire+release).
   redis.call('HSET', P, 'format', FORMAT, 'epoch', epoch, 'cap', cap, 'used', 0, 'seq', int(now),
-             'ew', 0, 'ewt', int(now), 'created', int(now), 'queued', 0, 'ttls', 0, 'idlers', 0)
+             'ew', 0, 'ewt', int(now), 'created', int(now), 'queued', 0, 'ttls', 0, 'idlers', 0,
+             'about', ABOUT)
 end
 
 -- Folds the time since the last change into the average, at the old use.
@@ -330,8 +345,15 @@ end
 local function reap(now)
   prune_marks(now)
   local freed = 0
-  local dead = redis.call('ZRANGEBYSCORE', SESSIONS, '-inf', int(now))
-  if #dead > 0 then freed = reap_sessions(dead, now) end
+  -- No session can have lapsed before `sdue`: every deadline set since it
+  -- was computed lowered it if need be (touch()), and removing a session
+  -- only makes the true earliest later.
+  if S.sdue <= now then
+    local dead = redis.call('ZRANGEBYSCORE', SESSIONS, '-inf', int(now))
+    if #dead > 0 then freed = reap_sessions(dead, now) end
+    local first = redis.call('ZRANGE', SESSIONS, 0, 0, 'WITHSCORES')
+    set('sdue', (#first == 0 or first[1] == NONE) and NO_DEADLINE or tonumber(first[2]))
+  end
   if S.ttls <= 0 then return freed end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', int(now))) do
     local r = redis.call('HGET', LEASES, id)
@@ -360,6 +382,7 @@ local function touch(sid, session_ms, now)
   local deadline = now + session_ms * 1000
   if not d or d < deadline - session_ms * 100 then
     redis.call('ZADD', SESSIONS, int(deadline), sid)
+    if deadline < S.sdue then set('sdue', deadline) end
   end
 end
 
@@ -458,6 +481,15 @@ local function next_expiry(now)
   if d < 0 then d = 0 end
   return math.floor(d / 1000) + 1
 end
+
+-- The start of every call: what it is about, and nothing left from the
+-- previous call (the library's state lives as long as the server's).
+local function bind(keys, args)
+  P, LEASES, EXPIRY, SESSIONS, QUEUE = keys[1], keys[2], keys[3], keys[4], keys[5]
+  WAITERS, IDLE, OWN, MARKS, MARKS_DUE = keys[6], keys[7], keys[8], keys[9], keys[10]
+  ARGV = args
+  S, found_format = nil, nil
+end
 )lua";
 
 constexpr const char* kOpen = R"lua(
@@ -475,9 +507,13 @@ return {'ok', S.epoch, S.cap, channels_allowed()}
 )lua";
 
 constexpr const char* kAcquire = R"lua(
-if redis.call('HEXISTS', MARKS, 'v' .. ARGV[10]) == 1 then return {'void'} end
 local now = now_us()
 local st = load()
+-- A voided request grants nothing. The main hash counts the marks, so
+-- that with none (the usual case) there is nothing to look up.
+if (st ~= 'ok' or S.marks > 0) and redis.call('HEXISTS', MARKS, 'v' .. ARGV[10]) == 1 then
+  return {'void'}
+end
 if st == 'absent' and tonumber(ARGV[1]) > 0 then
   local bad = check_types()
   if bad then return bad end
@@ -789,15 +825,42 @@ if st ~= 'ok' then return problem(st) end
 local bad = check_types()
 if bad then return bad end
 if ARGV[1] == '1' and (redis.call('HLEN', LEASES) > 1 or S.queued > 0) then return {'busy'} end
-for k, _ in pairs(TYPES) do redis.call('DEL', k) end
+for k, _ in pairs(key_types()) do redis.call('DEL', k) end
 redis.call('DEL', P)
 return {'ok', 1}
 )lua";
 
-const script& make(const char* body) {
-  // One object per body for the life of the process (never destroyed, so
-  // a thread still running at exit can use it).
-  return *new script(std::string(kPrelude) + body);
+// The library: the prelude once, then each script as a function that
+// binds its call's keys and arguments first. Its name and its functions'
+// names carry a hash of the code, so servers shared by several versions of
+// shmsem keep one library per version, and a call never runs another
+// version's code.
+const library& the_library() {
+  static const library* lib = [] {
+    struct entry {
+      const char* name;
+      const char* body;
+    };
+    static constexpr entry kScripts[] = {
+        {"open", kOpen},      {"acquire", kAcquire}, {"release", kRelease},
+        {"extend", kExtend},  {"held", kHeld},       {"renew", kRenew},
+        {"cancel", kCancel},  {"resize", kResize},   {"force_release", kForceRelease},
+        {"reap", kReap},      {"info", kInfo},       {"idle", kIdle},
+        {"destroy", kDestroy}};
+    std::string code = kPrelude;
+    for (const entry& e : kScripts)
+      code += std::string("\nredis.register_function(NAME .. '_") + e.name +
+              "', function(keys, args)\nbind(keys, args)\n" + e.body + "end)\n";
+    const std::string name = "shmsem_" + sha1_hex(code).substr(0, 16);
+    // Never destroyed, so a thread still running at exit can use it.
+    return new library(name, "#!lua name=" + name + "\nlocal NAME = '" + name + "'\n" + code);
+  }();
+  return *lib;
+}
+
+const script& make(const char* function) {
+  // One object per function for the life of the process.
+  return *new script(the_library(), the_library().name() + "_" + function);
 }
 
 }  // namespace
@@ -811,55 +874,55 @@ std::vector<std::string> keys(const std::string& meta) {
 }
 
 const script& open() {
-  static const script& s = make(kOpen);
+  static const script& s = make("open");
   return s;
 }
 const script& acquire() {
-  static const script& s = make(kAcquire);
+  static const script& s = make("acquire");
   return s;
 }
 const script& release() {
-  static const script& s = make(kRelease);
+  static const script& s = make("release");
   return s;
 }
 const script& extend() {
-  static const script& s = make(kExtend);
+  static const script& s = make("extend");
   return s;
 }
 const script& held() {
-  static const script& s = make(kHeld);
+  static const script& s = make("held");
   return s;
 }
 const script& renew() {
-  static const script& s = make(kRenew);
+  static const script& s = make("renew");
   return s;
 }
 const script& cancel() {
-  static const script& s = make(kCancel);
+  static const script& s = make("cancel");
   return s;
 }
 const script& resize() {
-  static const script& s = make(kResize);
+  static const script& s = make("resize");
   return s;
 }
 const script& force_release() {
-  static const script& s = make(kForceRelease);
+  static const script& s = make("force_release");
   return s;
 }
 const script& reap() {
-  static const script& s = make(kReap);
+  static const script& s = make("reap");
   return s;
 }
 const script& info() {
-  static const script& s = make(kInfo);
+  static const script& s = make("info");
   return s;
 }
 const script& idle() {
-  static const script& s = make(kIdle);
+  static const script& s = make("idle");
   return s;
 }
 const script& destroy() {
-  static const script& s = make(kDestroy);
+  static const script& s = make("destroy");
   return s;
 }
 

@@ -1,20 +1,22 @@
 // redis/scripts.hpp: the Lua scripts that are the Redis backend's only way
 // to change a semaphore. Each state change is one script, so it is atomic
-// on the server. A semaphore is a fixed set of keys (keys() below), all
-// starting with its main key "shmsem{KEY}", so in a cluster they share one
-// slot; every script is given all of them as KEYS and touches no other.
-// While a slot is being resharded, a node that lacks any of them refuses
-// the whole script (ASK, or TRYAGAIN, which the client retries), so a
-// script never runs on half a semaphore. For the same reason each hash and
-// sorted set keeps a placeholder member "." (a zset's at score +inf) and
-// never becomes empty: an empty key does not exist, and would hold every
-// script back for the whole migration.
+// on the server. The scripts are the functions of one Lua library (Redis
+// 7's FUNCTION LOAD), which the client loads on a server that lacks it and
+// then calls with FCALL: the code they share (the prelude) runs once per
+// server, not at every call, as an EVAL script's would. A semaphore is a fixed set of keys (keys()
+// below), all starting with its main key "shmsem{KEY}", so in a cluster they share one slot; every
+// script is given all of them as KEYS and touches no other. While a slot is being resharded, a node
+// that lacks any of them refuses the whole script (ASK, or TRYAGAIN, which the client retries), so
+// a script never runs on half a semaphore. For the same reason each hash and sorted set keeps a
+// placeholder member "." (a zset's at score +inf) and never becomes empty: an empty key does not
+// exist, and would hold every script back for the whole migration.
 //
-// What is stored (format "shmsem-redis/2"), all under the hash tag {KEY}:
+// What is stored (format "shmsem-redis/3"), all under the hash tag {KEY}:
 //   shmsem{KEY}            hash: format, epoch, cap, used, seq (the last
 //                          lease or waiter id: ids are fencing tokens, the
-//                          server's time in us or the last id + 1), the
-//                          EWMA, and the fleet's counters and histograms
+//                          server's time in us or the last id + 1), sdue
+//                          (no session deadline is earlier; 0: unknown),
+//                          the EWMA, and the fleet's counters and histograms
 //   shmsem{KEY}:leases     hash: lease id -> "sid|weight|granted_us|expires_us|pid|request|host"
 //   shmsem{KEY}:expiry     zset: lease id -> expiry (leases with a TTL only)
 //   shmsem{KEY}:sessions   zset: session id -> deadline; a session whose

@@ -232,6 +232,20 @@ std::string redis_server::cli(const std::vector<std::string>& args) const {
   return capture(argv);
 }
 
+std::map<std::string, long long> redis_server::command_calls() const {
+  std::map<std::string, long long> out;
+  const std::string text = cli({"INFO", "commandstats"});
+  std::size_t pos = 0;
+  while ((pos = text.find("cmdstat_", pos)) != std::string::npos) {
+    const auto colon = text.find(':', pos);
+    const auto calls = text.find("calls=", colon);
+    if (colon == std::string::npos || calls == std::string::npos) break;
+    out[text.substr(pos + 8, colon - pos - 8)] = std::stoll(text.substr(calls + 6));
+    pos = colon;
+  }
+  return out;
+}
+
 std::string redis_server::url(std::string_view key) const {
   const std::string auth = o_.password.empty() ? "" : ":" + plain_key(o_.password) + "@";
   if (!socket_.empty()) return "redis+unix://" + auth + socket_ + "?key=" + plain_key(key);

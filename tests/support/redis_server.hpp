@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,6 +53,9 @@ class redis_server {
   void restart();
   /// Runs redis-cli with `args` against this server; returns its output.
   std::string cli(const std::vector<std::string>& args) const;
+  /// Calls of each command since the start or the last CONFIG RESETSTAT,
+  /// from INFO commandstats (what scripts and functions run counts too).
+  std::map<std::string, long long> command_calls() const;
 
  private:
   void start();
