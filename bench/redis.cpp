@@ -12,14 +12,21 @@
 //   BM_RedisIdleWaiters/unix           commands the server runs for 50 blocked
 //                                      waiters in 50 processes, per waiter and
 //                                      renewal period (target 1), and which
+//   BM_RedisPeerPair/{unix,tcp}        uncontended acquire+release of shmsem and
+//                                      of the npm package redis-semaphore
+//                                      (bench/node), in turns on the same server;
+//                                      target: shmsem at most 0.75x the peer
 //
 // The server is Debian's redis-server, started here in a temporary folder
 // (the same helper as the tests'), and stopped at the end of the run.
 #include <hiredis.h>
+#include <sys/wait.h>
 #include <shmsem/shmsem.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -81,19 +88,18 @@ void BM_RedisPing(State& state, bool over_tcp) {
 }
 
 // Commands clients sent (as INFO commandstats counts them).
-long long client_commands(redisContext* c);
+long long client_commands(const shmsem::test::redis_server& srv);
 
 void BM_RedisAcquireRelease(State& state, bool over_tcp) {
   const std::string url = the_servers().url(over_tcp, bench_key("pair"));
   auto sem = shmsem::Semaphore::open(url, 8);
   sem.acquire().release();  // scripts cached, connection pooled
-  redisContext* c = connect(over_tcp);
-  const long long before = client_commands(c);
+  const auto& srv = over_tcp ? the_servers().tcp : the_servers().unix_socket;
+  const long long before = client_commands(srv);
   for (auto _ : state) sem.acquire().release();
-  // The round trips counted, not timed: one script each way.
+  // The round trips counted, not timed: one function call each way.
   state.counters["commands_per_pair"] =
-      static_cast<double>(client_commands(c) - before) / static_cast<double>(state.iterations());
-  redisFree(c);
+      static_cast<double>(client_commands(srv) - before) / static_cast<double>(state.iterations());
   shmsem::Semaphore::remove(url);
 }
 
@@ -203,30 +209,14 @@ void BM_RedisReclaim(State& state) {
 
 constexpr int kIdleWaiters = 50;
 
-// Calls of each command the server ran, from INFO commandstats. The calls
-// that scripts make count there too; only the commands below come from
-// clients (a script never sends them).
-const char* const kClientCommands[] = {"evalsha",     "eval", "ping",   "subscribe",
-                                       "unsubscribe", "auth", "select", "cluster"};
-std::map<std::string, long long> command_calls(redisContext* c) {
-  auto* r = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"));
-  if (!r) throw std::runtime_error("INFO failed");
-  std::map<std::string, long long> out;
-  const std::string text(r->str, r->len);
-  freeReplyObject(r);
-  std::size_t pos = 0;
-  while ((pos = text.find("cmdstat_", pos)) != std::string::npos) {
-    const auto colon = text.find(':', pos);
-    const auto calls = text.find("calls=", colon);
-    out[text.substr(pos + 8, colon - pos - 8)] = std::stoll(text.substr(calls + 6));
-    pos = colon;
-  }
-  return out;
-}
+// Commands that clients send (as INFO commandstats counts them); the calls
+// that functions make count there too, but a function never sends these.
+const char* const kClientCommands[] = {"fcall",       "function|load", "ping",   "subscribe",
+                                       "unsubscribe", "auth",          "select", "cluster"};
 
-long long client_commands(redisContext* c) {
+long long client_commands(const shmsem::test::redis_server& srv) {
   long long n = 0;
-  for (const auto& [cmd, calls] : command_calls(c))
+  for (const auto& [cmd, calls] : srv.command_calls())
     for (const char* client_cmd : kClientCommands)
       if (cmd == client_cmd) n += calls;
   return n;
@@ -256,28 +246,100 @@ void BM_RedisIdleWaiters(State& state) {
     }
     // Past their subscription and the first renewal: idle from here.
     std::this_thread::sleep_for(period);
-    redisContext* c = connect(false);
-    const auto before = command_calls(c);
+    const auto& srv = the_servers().unix_socket;
+    const auto before = srv.command_calls();
     const std::int64_t t0 = now_ns();
     std::this_thread::sleep_for(window);
-    const auto after = command_calls(c);
+    const auto after = srv.command_calls();
     const double seconds = static_cast<double>(now_ns() - t0) / 1e9;
-    redisFree(c);
-    long long evalsha = 0, other = 0;
+    long long renewals = 0, other = 0;
     for (const char* cmd : kClientCommands) {
       const long long d =
           (after.count(cmd) ? after.at(cmd) : 0) - (before.count(cmd) ? before.at(cmd) : 0);
-      (std::string_view(cmd) == "evalsha" ? evalsha : other) += d;
+      (std::string_view(cmd) == "fcall" ? renewals : other) += d;
     }
     for (pid_t w : waiters) kill_child(w);
     const double periods = seconds / std::chrono::duration<double>(period).count();
-    state.counters["commands_per_s"] = static_cast<double>(evalsha + other) / seconds;
+    state.counters["commands_per_s"] = static_cast<double>(renewals + other) / seconds;
     state.counters["per_waiter_per_period"] =
-        static_cast<double>(evalsha + other) / (kIdleWaiters * periods);
+        static_cast<double>(renewals + other) / (kIdleWaiters * periods);
     state.counters["other_commands"] = static_cast<double>(other);  // no polling: 0
     state.counters["period_ms"] =
         static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(period).count());
     state.counters["waiters"] = kIdleWaiters;
+  }
+  shmsem::Semaphore::remove(url);
+}
+
+// ---- the peer: redis-semaphore (npm) ---------------------------------------------
+
+// What the Node driver said: its time per pair, or why there is none.
+struct peer_run {
+  double ns_per_pair = 0;
+  int status = 0;  // 0 measured, 1 no node, 2 packages not installed, 3 failed
+};
+
+peer_run run_node_peer(bool over_tcp, int pairs) {
+  const auto& s = the_servers();
+  // The driver and its package.json live in bench/node; scripts/deps.sh
+  // bench installs its node_modules with `npm ci` (never the build).
+  std::string cmd = "node '" SHMSEM_BENCH_NODE_DIR "/redis-semaphore-pair.js' --pairs " +
+                    std::to_string(pairs) + " --key '" + bench_key("peer") + "' ";
+  cmd += over_tcp ? "--port " + std::to_string(s.tcp.port())
+                  : "--socket '" + s.unix_socket.socket_path() + "'";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) return {0, 3};
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f)) out += buf;
+  const int rc = ::pclose(f);
+  const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  if (code == 127) return {0, 1};  // the shell found no node
+  if (code == 2) return {0, 2};
+  const auto at = out.find("\"ns_per_pair\":");
+  if (code != 0 || at == std::string::npos) return {0, 3};
+  return {std::strtod(out.c_str() + at + 14, nullptr), 0};
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// shmsem and redis-semaphore in turns (shmsem, peer, shmsem, peer, ...),
+// the same number of uncontended pairs each, on the same server: the
+// machine's noise falls on both alike. Medians of the turns are reported.
+void BM_RedisPeerPair(State& state, bool over_tcp) {
+  const int turns = config().smoke ? 1 : 5;
+  const int pairs = config().smoke ? 50 : 2000;
+  const std::string url = the_servers().url(over_tcp, bench_key("peerpair"));
+  for (auto _ : state) {
+    auto sem = shmsem::Semaphore::open(url, 8);
+    std::vector<double> ours, theirs;
+    int peer_status = 0;
+    for (int turn = 0; turn < turns; ++turn) {
+      for (int i = 0; i < std::min(pairs, 200); ++i) sem.acquire().release();
+      const std::int64_t t0 = now_ns();
+      for (int i = 0; i < pairs; ++i) sem.acquire().release();
+      ours.push_back(static_cast<double>(now_ns() - t0) / pairs);
+      if (peer_status != 0) continue;
+      const peer_run p = run_node_peer(over_tcp, pairs);
+      peer_status = p.status;
+      if (p.status == 0) theirs.push_back(p.ns_per_pair);
+    }
+    const auto [lo, hi] = std::minmax_element(ours.begin(), ours.end());
+    state.counters["shmsem_ns"] = median_of(ours);
+    state.counters["shmsem_min_ns"] = *lo;
+    state.counters["shmsem_max_ns"] = *hi;
+    state.counters["turns"] = turns;
+    state.counters["peer_status"] = peer_status;
+    if (!theirs.empty()) {
+      const auto [plo, phi] = std::minmax_element(theirs.begin(), theirs.end());
+      state.counters["peer_ns"] = median_of(theirs);
+      state.counters["peer_min_ns"] = *plo;
+      state.counters["peer_max_ns"] = *phi;
+    }
   }
   shmsem::Semaphore::remove(url);
 }
@@ -293,6 +355,9 @@ void register_redis() {
     })->UseRealTime();
     register_process("BM_RedisWakeLatency" + how, [tcp](State& s) { BM_RedisWakeLatency(s, tcp); });
   }
+  for (bool tcp : {false, true})
+    register_process(std::string("BM_RedisPeerPair/") + (tcp ? "tcp" : "unix"),
+                     [tcp](State& s) { BM_RedisPeerPair(s, tcp); });
   register_process("BM_RedisReclaim/unix", BM_RedisReclaim);
   register_process("BM_RedisIdleWaiters/unix", BM_RedisIdleWaiters);
 }

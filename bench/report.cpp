@@ -555,6 +555,44 @@ void write_redis(const Table& t, std::ostream& out) {
           return cell(t.get(std::string("BM_RedisWakeLatency/") + how, metric), 1e3, "µs");
         });
   }
+  // The peer, in turns with shmsem on the same server (BM_RedisPeerPair).
+  auto peer = [&](const char* how, const char* metric) {
+    return t.get(std::string("BM_RedisPeerPair/") + how, metric);
+  };
+  auto peer_missing = [&](const char* how) -> std::string {
+    switch (static_cast<int>(peer(how, "peer_status").value_or(0))) {
+      case 1:
+        return "no node on PATH";
+      case 2:
+        return "not installed: run scripts/deps.sh bench";
+      case 3:
+        return "the driver failed (see stderr)";
+      default:
+        return "—";
+    }
+  };
+  auto spread = [&](const char* how, const std::string& who) -> std::string {
+    auto med = peer(how, (who + "_ns").c_str());
+    if (!med) return who == "peer" ? peer_missing(how) : "—";
+    return num(*med / 1e3) + " µs (" + num(peer(how, (who + "_min_ns").c_str()).value_or(0) / 1e3) +
+           "–" + num(peer(how, (who + "_max_ns").c_str()).value_or(0) / 1e3) + ")";
+  };
+  auto peer_ratio = [&](const char* how) -> std::optional<double> {
+    auto ours = peer(how, "shmsem_ns");
+    auto theirs = peer(how, "peer_ns");
+    if (!ours || !theirs || *theirs <= 0) return std::nullopt;
+    return *ours / *theirs;
+  };
+  if (t.any_named("BM_RedisPeerPair")) {
+    row("side by side, in turns: shmsem acquire+release, median (min–max)",
+        [&](const char* how) { return spread(how, "shmsem"); });
+    row("redis-semaphore 5.8 (npm, ioredis 5) acquire+release, median (min–max)",
+        [&](const char* how) { return spread(how, "peer"); });
+    row("shmsem ÷ redis-semaphore", [&](const char* how) {
+      auto v = peer_ratio(how);
+      return v ? num(*v) : std::string("—");
+    });
+  }
   auto reclaim = [&](const char* metric) { return t.get("BM_RedisReclaim/unix", metric); };
   if (auto med = reclaim("median_ns")) {
     out << "| reclaim after SIGKILL of the holder, median (max), session timeout "
@@ -584,6 +622,15 @@ void write_redis(const Table& t, std::ostream& out) {
     target(std::string("uncontended acquire+release ≤ 2.2 round trips (") + how + ")", counted,
            counted ? num(*counted) + " counted; its time is " + (v ? num(*v) : "—") + " PINGs" : "",
            counted && *counted <= 2.2);
+    auto ratio = peer_ratio(how);
+    target(std::string("uncontended acquire+release ≤ 0.75 × redis-semaphore's (") + how + ")",
+           ratio ? ratio : (t.any_named("BM_RedisPeerPair") ? std::nullopt : ratio),
+           ratio ? num(*ratio) + " × (" + spread(how, "shmsem") + " against " +
+                       spread(how, "peer") + ")"
+                 : "",
+           ratio && *ratio <= 0.75);
+    if (!ratio && t.any_named(std::string("BM_RedisPeerPair/") + how))
+      out << "| (redis-semaphore, " << how << ") | " << peer_missing(how) << " | not measured |\n";
     auto p50 = t.get(std::string("BM_RedisWakeLatency/") + how, "median_ns");
     target(std::string("wake latency p50 ≤ 1 ms (") + how + ")", p50,
            p50 ? num(*p50 / 1e3) + " µs" : "", p50 && *p50 <= 1e6);

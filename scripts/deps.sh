@@ -2,11 +2,13 @@
 # Installs the Debian 12 packages a Makefile target needs, and no more:
 #   scripts/deps.sh demo    build the library, the tools and the Python module,
 #                           run the demo (`make demo`, `make build`)
-#   scripts/deps.sh bench   demo + the benchmarks' peers (`make bench`)
+#   scripts/deps.sh bench   demo + the benchmarks' peers (`make bench`), with
+#                           the npm peer's node_modules (npm ci in bench/node)
 #   scripts/deps.sh deb     demo + the Debian packaging and the suite the
 #                           package build runs (`make deb`)
 #   scripts/deps.sh test    everything `make test` runs: the suite, sanitizers,
-#                           static checks, fuzzers, the package tests (default)
+#                           static checks, fuzzers, the package tests, and the
+#                           npm peer that bench.smoke runs (default)
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 set_name=${1:-test}
@@ -43,18 +45,40 @@ case $set_name in
     ;;
 esac
 
+# The Redis table's peer, the npm package redis-semaphore, runs under node
+# (bench/node, pinned by its package-lock.json). Debian's nodejs and npm only
+# where there is none: a node that bundles its own npm conflicts with
+# Debian's npm package.
+node_peer=0
+case $set_name in bench | test) node_peer=1 ;; esac
+if [ $node_peer -eq 1 ]; then
+  command -v node >/dev/null || pkgs+=(nodejs)
+  command -v npm >/dev/null || pkgs+=(npm)
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -eq 0 ]; then
-  echo "deps ($set_name): installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-  echo "deps ($set_name): missing Debian packages. Run as root:" >&2
-  echo "  sudo apt-get install -y ${missing[*]}" >&2
-  exit 1
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "deps ($set_name): installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  else
+    echo "deps ($set_name): missing Debian packages. Run as root:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+# Never at build time: the build downloads nothing. Without the packages
+# the bench's peer row says "not installed" instead of a figure.
+if [ $node_peer -eq 1 ]; then
+  peer_dir="$(cd "$(dirname "$0")/.." && pwd)/bench/node"
+  if ! (cd "$peer_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+    echo "deps ($set_name): warning: npm ci in $peer_dir failed; the redis-semaphore" \
+      "row of make bench will say it is not installed" >&2
+  fi
 fi
