@@ -35,6 +35,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -50,6 +51,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -98,14 +100,14 @@ struct signal_event {
   std::int64_t at_ns = 0;
 };
 
-signal_event event_of(int sig, const siginfo_t* info) {
+signal_event event_of(int sig, const siginfo_t* info, std::int64_t at_ns) {
   signal_event e;
   e.sig = sig;
   if (info) {
     e.from_terminal = info->si_code == SI_KERNEL;
     if (info->si_code <= 0) e.sender = info->si_pid;  // SI_USER, SI_QUEUE, SI_TKILL
   }
-  e.at_ns = now_ns();
+  e.at_ns = at_ns;
   return e;
 }
 
@@ -114,7 +116,7 @@ volatile sig_atomic_t g_signal_fd = -1;
 
 void on_signal(int sig, siginfo_t* info, void*) {
   const int saved = errno;
-  const signal_event e = event_of(sig, info);
+  const signal_event e = event_of(sig, info, now_ns());
   if (g_signal_fd >= 0) {
     ssize_t ignored = ::write(g_signal_fd, &e, sizeof e);  // full pipe: dropped
     (void)ignored;
@@ -139,24 +141,62 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
+// A system call that never touches errno (nor anything else of the
+// caller's memory): the only kind a witness that shares the wrapper's
+// memory may make. Returns -errno on failure.
+#if (defined(__x86_64__) || defined(__aarch64__)) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define SHMSEM_SHARED_MEMORY_WITNESS 1
+long raw_syscall(long number, long a = 0, long b = 0, long c = 0, long d = 0) {
+#if defined(__x86_64__)
+  long result;
+  register long r10 asm("r10") = d;
+  asm volatile("syscall"
+               : "=a"(result)
+               : "a"(number), "D"(a), "S"(b), "d"(c), "r"(r10)
+               : "rcx", "r11", "memory");
+  return result;
+#else
+  register long x8 asm("x8") = number;
+  register long x0 asm("x0") = a;
+  register long x1 asm("x1") = b;
+  register long x2 asm("x2") = c;
+  register long x3 asm("x3") = d;
+  asm volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
+  return x0;
+#endif
+}
+#else
+long raw_syscall(long number, long a = 0, long b = 0, long c = 0, long d = 0) {
+  const long result = ::syscall(number, a, b, c, d);
+  return result < 0 ? -errno : result;
+}
+#endif
+
 // The witness process (see the banner) and the pipe it reports on.
+//
+// It is started with clone(CLONE_VM) where the platform allows: it then
+// shares the wrapper's memory, so starting it copies no page tables and
+// leaves no copy-on-write faults for the wrapper to take afterwards, which
+// made a fork a sizeable share of a short job's cost. The price is that
+// the witness runs only raw system calls on its own stack and writes
+// nothing the wrapper owns (errno included): no libc call that can fail,
+// no allocation, no signal handler (it blocks every signal it can).
 class witness {
  public:
-  // Forks the witness. Call before anything else starts threads. On
+  // Starts the witness. Call before anything else starts threads. On
   // failure there is none, and every signal is passed on unless it came
   // from a terminal (the best guess left).
   explicit witness(const sigset_t& watched) {
     if (sigisemptyset(&watched)) return;  // every one ignored: nothing to tell apart
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return;
-    sigset_t old;
-    ::sigprocmask(SIG_BLOCK, &watched, &old);
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::close(fds[0]);
-      watch(fds[1], watched, parent);
-    }
+    // Every signal stays blocked in the witness: those watched are taken
+    // by sigwaitinfo, and a handler of the wrapper's must never run there.
+    sigset_t all, old;
+    sigfillset(&all);
+    ::sigprocmask(SIG_BLOCK, &all, &old);
+    pid_ = start(fds[1], watched);
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     ::close(fds[1]);
     if (pid_ < 0) {
@@ -182,42 +222,95 @@ class witness {
       }
       pid_ = -1;
     }
+    // Only once the witness is reaped: it ran on this stack.
+    if (stack_) ::munmap(stack_, kStackBytes);
+    stack_ = nullptr;
   }
 
  private:
-  [[noreturn]] static void watch(int report_fd, const sigset_t& watched, pid_t parent) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(0);
-    ::prctl(PR_SET_NAME, "shmsem-witness");
+  // What the witness reads: in its own mapping, which outlives it.
+  struct brief {
+    sigset_t watched;
+    int report_fd;
+    pid_t parent;
+  };
+  static constexpr std::size_t kStackBytes = 64 * 1024;
+
+#ifdef SHMSEM_SHARED_MEMORY_WITNESS
+  pid_t start(int report_fd, const sigset_t& watched) {
+    void* stack = ::mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) return -1;
+    auto* b = new (stack) brief{watched, report_fd, ::getpid()};
+    // No CLONE_FILES: the witness gets a copy of the descriptor table, so
+    // what it closes stays open here.
+    const pid_t pid =
+        ::clone(&watch, static_cast<char*>(stack) + kStackBytes, CLONE_VM | SIGCHLD, b);
+    if (pid < 0) {
+      ::munmap(stack, kStackBytes);
+      return -1;
+    }
+    stack_ = stack;
+    return pid;
+  }
+#else
+  // A sanitizer's runtime keeps state of its own per thread, which a
+  // witness sharing the wrapper's memory would trample: fork instead.
+  pid_t start(int report_fd, const sigset_t& watched) {
+    const brief b{watched, report_fd, ::getpid()};
+    const pid_t pid = ::fork();
+    if (pid == 0) watch(const_cast<brief*>(&b));
+    return pid;
+  }
+#endif
+
+  [[noreturn]] static void quit() {
+    for (;;) raw_syscall(SYS_exit, 0);
+  }
+
+  static int watch(void* arg) {
+    const brief& b = *static_cast<const brief*>(arg);
+    raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
+    if (raw_syscall(SYS_getppid) != b.parent) quit();
+    raw_syscall(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>("shmsem-witness"));
     // Hold no one's terminal or pipe open, and no liveness token: a token
     // descriptor the wrapper inherited (a `shmsem run` inside another one)
     // would otherwise be held by the witness too.
-    if (report_fd < 3 && (report_fd = ::fcntl(report_fd, F_DUPFD, 3)) < 0) ::_exit(0);
-    const int null = ::open("/dev/null", O_RDWR);
+    long report_fd = b.report_fd;
+    if (report_fd < 3 && (report_fd = raw_syscall(SYS_fcntl, report_fd, F_DUPFD, 3)) < 0) quit();
+    const long null =
+        raw_syscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/dev/null"), O_RDWR);
     if (null >= 0) {
-      for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
-      if (null > 2) ::close(null);
+      for (int fd = 0; fd < 3; ++fd)
+        if (fd != null) raw_syscall(SYS_dup3, null, fd, 0);
+      if (null > 2) raw_syscall(SYS_close, null);
     }
     if (report_fd != 3) {
-      if (::dup2(report_fd, 3) < 0) ::_exit(0);
+      if (raw_syscall(SYS_dup3, report_fd, 3, 0) < 0) quit();
       report_fd = 3;
     }
-    if (::close_range(4, ~0u, 0) != 0)
-      for (int fd = 4; fd < 1024; ++fd) ::close(fd);
+    if (raw_syscall(SYS_close_range, 4, ~0u, 0) != 0)
+      for (int fd = 4; fd < 1024; ++fd) raw_syscall(SYS_close, fd);
     for (;;) {
       siginfo_t info;
-      const int sig = ::sigwaitinfo(&watched, &info);
-      if (sig < 0) {
-        if (errno == EINTR) continue;
-        ::_exit(0);
-      }
-      const signal_event e = event_of(sig, &info);
-      if (::write(report_fd, &e, sizeof e) < 0 && errno != EAGAIN && errno != EINTR) ::_exit(0);
+      // The kernel's signal set is _NSIG / 8 bytes, the head of sigset_t.
+      const long sig = raw_syscall(SYS_rt_sigtimedwait, reinterpret_cast<long>(&b.watched),
+                                   reinterpret_cast<long>(&info), 0, _NSIG / 8);
+      if (sig == -EINTR) continue;
+      if (sig < 0) quit();
+      timespec ts{};
+      raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, reinterpret_cast<long>(&ts));
+      const signal_event e =
+          event_of(static_cast<int>(sig), &info,
+                   static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec);
+      const long n = raw_syscall(SYS_write, report_fd, reinterpret_cast<long>(&e), sizeof e);
+      if (n < 0 && n != -EAGAIN && n != -EINTR) quit();
     }
   }
 
   pid_t pid_ = -1;
   int report_fd_ = -1;
+  void* stack_ = nullptr;
 };
 
 // True if `sig` is pending at `pid`: generated for it, not yet taken.
