@@ -100,22 +100,40 @@ TEST(ShmsemRun, HoldsTheSeatsWhileTheCommandRuns) {
   EXPECT_EQ(sem.used(), 0);
 }
 
-// The children of `parent` that are zombies (exited, not yet reaped).
-int zombie_children(pid_t parent) {
-  int n = 0;
+// One process as /proc/<pid>/stat shows it.
+struct process_row {
+  pid_t pid = 0;
+  std::string comm;
+  char state = 0;
+  pid_t ppid = 0;
+};
+
+// Calls each(row) for every process of /proc.
+template <class Each>
+void for_each_process(Each&& each) {
   DIR* proc = ::opendir("/proc");
-  if (!proc) return -1;
+  if (!proc) return;
   while (const dirent* e = ::readdir(proc)) {
     std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
     std::string line;
-    if (!std::getline(in, line) || line.rfind(')') == std::string::npos) continue;
-    std::istringstream rest(line.substr(line.rfind(')') + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state == 'Z') ++n;
+    if (!std::getline(in, line)) continue;
+    // The command name may hold spaces and parentheses: it ends at the last ')'.
+    const auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open) continue;
+    process_row row;
+    row.pid = std::atoi(e->d_name);
+    row.comm = line.substr(open + 1, close - open - 1);
+    std::istringstream rest(line.substr(close + 2));
+    rest >> row.state >> row.ppid;
+    each(row);
   }
   ::closedir(proc);
+}
+
+// The children of `parent` that are zombies (exited, not yet reaped).
+int zombie_children(pid_t parent) {
+  int n = 0;
+  for_each_process([&](const process_row& p) { n += p.ppid == parent && p.state == 'Z'; });
   return n;
 }
 
@@ -442,6 +460,65 @@ TEST(ShmsemRun, SeatOfAKilledRunIsReclaimedAndItsCommandDies) {
     if (!std::getline(stat, line)) return true;
     const auto close = line.rfind(')');
     return close != std::string::npos && line.size() > close + 2 && line[close + 2] == 'Z';
+  }));
+}
+
+// The children of `parent` whose command name is `comm`.
+std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
+  std::vector<pid_t> found;
+  for_each_process([&](const process_row& p) {
+    if (p.ppid == parent && p.comm == comm) found.push_back(p.pid);
+  });
+  return found;
+}
+
+// What each open descriptor of `pid` refers to, by number ("" if `pid` is
+// gone).
+std::string descriptors_of(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  std::vector<int> fds;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') fds.push_back(std::atoi(e->d_name));
+    ::closedir(d);
+  }
+  std::sort(fds.begin(), fds.end());
+  std::string text;
+  for (int fd : fds) {
+    char target[256] = {};
+    const ssize_t n =
+        ::readlink((dir + "/" + std::to_string(fd)).c_str(), target, sizeof target - 1);
+    std::string what = n > 0 ? std::string(target, n) : "?";
+    if (what.rfind("pipe:", 0) == 0) what = "pipe";
+    text += std::to_string(fd) + "=" + what + " ";
+  }
+  return text;
+}
+
+// The signal witness shares the wrapper's process group but must hold
+// nothing of the wrapper's: not the seat's descriptors (it would keep the
+// seat), not the caller's terminal or pipes (a reader would never see
+// end-of-file). And it must not outlive a SIGKILLed wrapper.
+TEST(ShmsemRun, TheWitnessHoldsOnlyItsReportPipeAndDiesWithTheWrapper) {
+  unique_key key;
+  running_tool t(run_args(key, {"-p", "1"}, {"sh", "-c", "echo ready; exec sleep 600"}));
+  ASSERT_EQ(t.read_line(), "ready");
+  const auto witnesses = children_named(t.pid(), "shmsem-witness");
+  ASSERT_EQ(witnesses.size(), 1u);
+  const pid_t witness = witnesses[0];
+  const std::string only = "0=/dev/null 1=/dev/null 2=/dev/null 3=pipe ";
+  EXPECT_TRUE(eventually([&] { return descriptors_of(witness) == only; }, 10s))
+      << descriptors_of(witness);
+  t.kill(SIGKILL);
+  EXPECT_EQ(t.wait(), 128 + SIGKILL);
+  // Gone, a zombie, or its pid already reused by another program.
+  EXPECT_TRUE(eventually([&] {
+    std::ifstream stat("/proc/" + std::to_string(witness) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return true;
+    const auto close = line.rfind(')');
+    return close == std::string::npos || line.find("(shmsem-witness)") == std::string::npos ||
+           (line.size() > close + 2 && line[close + 2] == 'Z');
   }));
 }
 
