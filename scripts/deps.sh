@@ -21,12 +21,13 @@ demo=(
   python3-dev pybind11-dev
 )
 # The test suite: GoogleTest, the real redis-server, tmux for semtop's
-# screen, strace, promtool, man, pytest and gunicorn; GNU parallel for the
-# `sem` peer of the command-line bench row (run by bench.smoke).
+# screen, strace, valgrind (shmsem run under it), promtool, man, pytest and
+# gunicorn; GNU parallel for the `sem` peer of the command-line bench row
+# (run by bench.smoke).
 suite=(
   libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools
-  tmux util-linux procps man-db strace parallel
+  tmux util-linux procps man-db strace valgrind parallel
   prometheus
   python3-pytest python3-mypy gunicorn
 )

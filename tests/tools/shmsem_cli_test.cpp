@@ -55,16 +55,17 @@ bool exists(const std::string& path) {
   return ::access(path.c_str(), F_OK) == 0;
 }
 
-// The tests that look at a tool's system calls need strace: a failure on CI,
-// a skip elsewhere.
-#define REQUIRE_STRACE()                                                                  \
-  if (::access("/usr/bin/strace", X_OK) != 0) {                                           \
-    const char* ci = std::getenv("CI");                                                   \
-    if (ci && std::string(ci) == "true")                                                  \
-      FAIL() << "strace is missing (scripts/deps.sh installs it)";                        \
-    GTEST_SKIP() << "strace is not installed (apt-get install strace); on CI this fails " \
-                    "instead";                                                            \
+// A test that needs /usr/bin/NAME (from the Debian package of that name):
+// a failure on CI, a skip elsewhere.
+#define REQUIRE_PROGRAM(name)                                                                      \
+  if (::access("/usr/bin/" name, X_OK) != 0) {                                                     \
+    const char* ci = std::getenv("CI");                                                            \
+    if (ci && std::string(ci) == "true")                                                           \
+      FAIL() << name " is missing (scripts/deps.sh installs it)";                                  \
+    GTEST_SKIP() << name " is not installed (apt-get install " name "); on CI this fails instead"; \
   }
+// The tests that look at a tool's system calls.
+#define REQUIRE_STRACE() REQUIRE_PROGRAM("strace")
 
 // ------------------------------------------------------------------ run
 
@@ -520,6 +521,19 @@ TEST(ShmsemRun, TheWitnessHoldsOnlyItsReportPipeAndDiesWithTheWrapper) {
     return close == std::string::npos || line.find("(shmsem-witness)") == std::string::npos ||
            (line.size() > close + 2 && line[close + 2] == 'Z');
   }));
+}
+
+// Valgrind runs only the clone() of a thread, fork and vfork, and stops a
+// program that asks for any other: a script checked under it must still
+// get through `shmsem run`.
+TEST(ShmsemRun, RunsUnderValgrind) {
+  REQUIRE_PROGRAM("valgrind");
+  unique_key key;
+  auto args = run_args(key, {"-p", "1"}, {"sh", "-c", "exit 3"});
+  args.insert(args.begin(), {"/usr/bin/valgrind", "-q", "--tool=none"});
+  const tool_result r = run_tool(args);
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(Semaphore::attach(key).used(), 0);
 }
 
 TEST(ShmsemRun, ManyConcurrentShellsNeverExceedTheCapacity) {

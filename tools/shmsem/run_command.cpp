@@ -236,8 +236,23 @@ class witness {
   };
   static constexpr std::size_t kStackBytes = 64 * 1024;
 
-#ifdef SHMSEM_SHARED_MEMORY_WITNESS
   pid_t start(int report_fd, const sigset_t& watched) {
+#ifdef SHMSEM_SHARED_MEMORY_WITNESS
+    if (!under_valgrind()) return start_sharing_memory(report_fd, watched);
+#endif
+    return start_forked(report_fd, watched);
+  }
+
+#ifdef SHMSEM_SHARED_MEMORY_WITNESS
+  // Valgrind runs only the clone() of a thread, fork and vfork, and stops
+  // a program that asks for any other. The library it preloads is the one
+  // sign it leaves that needs no header of its own.
+  static bool under_valgrind() {
+    const char* preload = std::getenv("LD_PRELOAD");
+    return preload && std::strstr(preload, "/vgpreload_core");
+  }
+
+  pid_t start_sharing_memory(int report_fd, const sigset_t& watched) {
     void* stack = ::mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) return -1;
@@ -253,16 +268,17 @@ class witness {
     stack_ = stack;
     return pid;
   }
-#else
-  // A sanitizer's runtime keeps state of its own per thread, which a
-  // witness sharing the wrapper's memory would trample: fork instead.
-  pid_t start(int report_fd, const sigset_t& watched) {
+#endif
+
+  // Where the witness cannot share the wrapper's memory: under a sanitizer,
+  // whose runtime keeps per-thread state the witness would trample, under
+  // valgrind, or on another architecture.
+  pid_t start_forked(int report_fd, const sigset_t& watched) {
     const brief b{watched, report_fd, ::getpid()};
     const pid_t pid = ::fork();
     if (pid == 0) watch(const_cast<brief*>(&b));
     return pid;
   }
-#endif
 
   [[noreturn]] static void quit() {
     for (;;) raw_syscall(SYS_exit, 0);
