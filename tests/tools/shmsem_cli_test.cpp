@@ -536,6 +536,22 @@ TEST(ShmsemRun, RunsUnderValgrind) {
   EXPECT_EQ(Semaphore::attach(key).used(), 0);
 }
 
+// Where the kernel or an emulator refuses the clone() that shares the
+// wrapper's memory, the witness is forked instead: signals are still told
+// apart. strace makes the first clone() fail, which is the witness's.
+TEST(ShmsemRun, TheWitnessIsForkedWhenItsCloneIsRefused) {
+  REQUIRE_STRACE();
+  unique_key key;
+  auto args = run_args(key, {"-p", "1"}, {"sh", "-c", "echo $PPID; read x; exit 0"});
+  args.insert(args.begin(), {"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=clone",
+                             "-e", "inject=clone:error=EINVAL:when=1"});
+  running_tool t(args);
+  const pid_t wrapper = std::stoi(t.read_line());
+  EXPECT_EQ(children_named(wrapper, "shmsem-witness").size(), 1u);
+  t.close_stdin();
+  EXPECT_EQ(t.wait(), 0);
+}
+
 TEST(ShmsemRun, ManyConcurrentShellsNeverExceedTheCapacity) {
   unique_key key;
   scratch_dir dir;

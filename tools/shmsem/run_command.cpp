@@ -238,7 +238,10 @@ class witness {
 
   pid_t start(int report_fd, const sigset_t& watched) {
 #ifdef SHMSEM_SHARED_MEMORY_WITNESS
-    if (!under_valgrind()) return start_sharing_memory(report_fd, watched);
+    // An emulator may refuse a clone() that is not a thread's (qemu-user
+    // does): a fork still works there.
+    if (!under_valgrind())
+      if (const pid_t pid = start_sharing_memory(report_fd, watched); pid >= 0) return pid;
 #endif
     return start_forked(report_fd, watched);
   }
@@ -272,7 +275,7 @@ class witness {
 
   // Where the witness cannot share the wrapper's memory: under a sanitizer,
   // whose runtime keeps per-thread state the witness would trample, under
-  // valgrind, or on another architecture.
+  // valgrind or an emulator, or on another architecture.
   pid_t start_forked(int report_fd, const sigset_t& watched) {
     const brief b{watched, report_fd, ::getpid()};
     const pid_t pid = ::fork();
