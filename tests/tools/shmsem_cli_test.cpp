@@ -67,6 +67,14 @@ bool exists(const std::string& path) {
 // The tests that look at a tool's system calls.
 #define REQUIRE_STRACE() REQUIRE_PROGRAM("strace")
 
+// Under a sanitizer (the tools are built with the same flags as the tests)
+// the witness is always forked, and valgrind cannot run the program.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_SANITIZER() GTEST_SKIP() << "not under a sanitizer"
+#else
+#define SKIP_UNDER_SANITIZER() (void)0
+#endif
+
 // ------------------------------------------------------------------ run
 
 TEST(ShmsemRun, ExitsWithTheCommandsStatusAndReleasesTheSeat) {
@@ -528,6 +536,7 @@ TEST(ShmsemRun, TheWitnessHoldsOnlyItsReportPipeAndDiesWithTheWrapper) {
 // get through `shmsem run`.
 TEST(ShmsemRun, RunsUnderValgrind) {
   REQUIRE_PROGRAM("valgrind");
+  SKIP_UNDER_SANITIZER();
   unique_key key;
   auto args = run_args(key, {"-p", "1"}, {"sh", "-c", "exit 3"});
   args.insert(args.begin(), {"/usr/bin/valgrind", "-q", "--tool=none"});
@@ -541,6 +550,7 @@ TEST(ShmsemRun, RunsUnderValgrind) {
 // apart. strace makes the first clone() fail, which is the witness's.
 TEST(ShmsemRun, TheWitnessIsForkedWhenItsCloneIsRefused) {
   REQUIRE_STRACE();
+  SKIP_UNDER_SANITIZER();
   unique_key key;
   auto args = run_args(key, {"-p", "1"}, {"sh", "-c", "echo $PPID; read x; exit 0"});
   args.insert(args.begin(), {"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=clone",
