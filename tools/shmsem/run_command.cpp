@@ -20,7 +20,7 @@
 // to the wrapper alone (kill PID, docker stop) must be passed on. From
 // inside the wrapper the two look alike, so a witness tells them apart: a
 // child that never runs COMMAND, sits in the same process group and cgroup,
-// blocks the three signals and reports each one it receives. A signal that
+// blocks every signal and reports each of the three it receives. A signal that
 // reached the witness too, from the same sender, reached COMMAND; any other
 // is passed on, kWindowNs after it arrived. A signal ignored when the wrapper
 // starts (nohup) stays ignored, by the wrapper and by COMMAND, as with
