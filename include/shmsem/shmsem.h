@@ -83,8 +83,7 @@ extern "C" {
 #define SHMSEM_ENOMEM (-11)      /* out of memory */
 #define SHMSEM_ENOENT (-12)      /* SHMSEM_OPEN_NOCREATE and no such semaphore */
 #define SHMSEM_EUNTRUSTED (-13)  /* the segment's owner is a user this process does not trust */
-#define SHMSEM_EINPROGRESS (-14) /* shmsem_acquire_async: the request waits; its callback ends it \
-                                  */
+#define SHMSEM_EINPROGRESS (-14) /* shmsem_acquire_async waits; its callback ends it */
 
 /* The name of a code ("SHMSEM_ETIMEDOUT: timed out"), or "unknown code".
  * Never NULL; the string is static. */
