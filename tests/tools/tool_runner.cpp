@@ -178,8 +178,13 @@ std::atomic<int> tmux_counter{0};
 tmux_session::tmux_session(int width, int height) {
   socket_ = "shmsem-test-" + std::to_string(::getpid()) + "-" + std::to_string(tmux_counter++);
   ::unsetenv("TMUX");
-  auto r = tmux({"-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", std::to_string(width),
-                 "-y", std::to_string(height), "env", "PS1=$ ", "TERM=screen", "/bin/sh"});
+  // A UTF-8 locale, which glibc always has (C.UTF-8), as a user's terminal
+  // has: a machine whose environment sets none (a container, a minimal
+  // install) would otherwise run the tools in the C locale, where semtop
+  // draws ASCII instead of the ellipsis the tests look for.
+  auto r =
+      tmux({"-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", std::to_string(width), "-y",
+            std::to_string(height), "env", "PS1=$ ", "TERM=screen", "LC_ALL=C.UTF-8", "/bin/sh"});
   EXPECT_EQ(r.status, 0) << "tmux new-session failed: " << r.err;
   // Keep the pane's size fixed regardless of (absent) clients.
   tmux({"set-option", "-g", "window-size", "manual"});
