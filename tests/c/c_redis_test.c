@@ -225,8 +225,11 @@ static void a_killed_holders_seats_come_back(void) {
     shmsem_permit* p = NULL;
     shmsem_acquire_options ao = SHMSEM_ACQUIRE_OPTIONS_INIT;
     ao.n = 2;
-    if (shmsem_open_ex(k, 2, &oo, &s) != SHMSEM_OK || shmsem_acquire(s, &ao, &p) != SHMSEM_OK)
+    if (shmsem_open_ex(k, 2, &oo, &s) != SHMSEM_OK || shmsem_acquire(s, &ao, &p) != SHMSEM_OK) {
+      fprintf(stderr, "%s: the holder could not take its seats: %s\n", current,
+              shmsem_last_error());
       _exit(1);
+    }
     if (write(ready[1], "h", 1) != 1) _exit(1);
     for (;;) pause();
   }
