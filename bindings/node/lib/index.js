@@ -21,19 +21,19 @@ function remove(key) {
   }
 }
 
-module.exports = {
-  SemaphoreService,
-  Permit,
-  WithSemaphore: decorator.WithSemaphore,
-  getDefaultSemaphoreService: decorator.getDefaultSemaphoreService,
-  setDefaultSemaphoreService: decorator.setDefaultSemaphoreService,
-  ShmsemModule: nest.ShmsemModule,
-  SEMAPHORE_SERVICE: nest.SEMAPHORE_SERVICE,
-  ShmsemError: errors.ShmsemError,
-  SemaphoreAcquisitionError: errors.SemaphoreAcquisitionError,
-  SemaphorePermitNotHeldError: errors.SemaphorePermitNotHeldError,
-  SemaphoreExtensionError: errors.SemaphoreExtensionError,
-  isAcquisitionError: errors.isAcquisitionError,
-  remove,
-  version: () => native.version(),
-};
+// One assignment per name, so that Node's ESM loader sees every name
+// (`import { SemaphoreService } from 'shmsem'`).
+exports.SemaphoreService = SemaphoreService;
+exports.Permit = Permit;
+exports.WithSemaphore = decorator.WithSemaphore;
+exports.getDefaultSemaphoreService = decorator.getDefaultSemaphoreService;
+exports.setDefaultSemaphoreService = decorator.setDefaultSemaphoreService;
+exports.ShmsemModule = nest.ShmsemModule;
+exports.SEMAPHORE_SERVICE = nest.SEMAPHORE_SERVICE;
+exports.ShmsemError = errors.ShmsemError;
+exports.SemaphoreAcquisitionError = errors.SemaphoreAcquisitionError;
+exports.SemaphorePermitNotHeldError = errors.SemaphorePermitNotHeldError;
+exports.SemaphoreExtensionError = errors.SemaphoreExtensionError;
+exports.isAcquisitionError = errors.isAcquisitionError;
+exports.remove = remove;
+exports.version = () => native.version();

@@ -207,6 +207,13 @@ class CancelToken : public Napi::ObjectWrap<CancelToken> {
 
 // One waiting acquire: created on the loop, handed to the library's thread
 // by shmsem_acquire_async, back on the loop through its threadsafe function.
+// Seats that no JS object will own go back at once.
+void give_back(shmsem_permit* p) {
+  if (p != nullptr) {
+    shmsem_release(p);
+  }
+}
+
 struct acquire_request;
 void settle_on_loop(Napi::Env env, Napi::Function, void*, acquire_request* r);
 using acquire_tsfn = Napi::TypedThreadSafeFunction<void, acquire_request, settle_on_loop>;
@@ -224,36 +231,47 @@ struct acquire_request {
 };
 
 void settle_on_loop(Napi::Env env, Napi::Function, void*, acquire_request* r) {
+  std::unique_ptr<acquire_request> owned(r);
   if (env == nullptr) {
     // The environment is going away (worker exit): give the seats back.
-    if (r->permit != nullptr) {
-      shmsem_release(r->permit);
-    }
-    delete r;
+    give_back(r->permit);
     return;
   }
-  Napi::HandleScope scope(env);
-  if (r->status == SHMSEM_OK) {
-    r->deferred.Resolve(Permit::wrap(env, r->permit));
-  } else {
-    r->deferred.Reject(shmsem_error(env, r->status, r->message).Value());
+  // An exception must not leave a callback of the loop: it would end the
+  // process. If the promise cannot be settled the seats go back.
+  try {
+    Napi::HandleScope scope(env);
+    if (r->status == SHMSEM_OK) {
+      shmsem_permit* p = r->permit;
+      r->permit = nullptr;
+      Napi::Object permit = Permit::wrap(env, p);
+      r->deferred.Resolve(permit);
+    } else {
+      r->deferred.Reject(shmsem_error(env, r->status, r->message).Value());
+    }
+  } catch (...) {
+    give_back(r->permit);
   }
-  delete r;
 }
 
-// Runs on the library's thread: capture the outcome, queue it for the loop.
-void acquire_done(int status, shmsem_permit* permit, void* ctx) {
+// Runs on the library's thread, through a C callback that no exception may
+// cross: capture the outcome, queue it for the loop.
+void acquire_done(int status, shmsem_permit* permit, void* ctx) noexcept {
   auto* r = static_cast<acquire_request*>(ctx);
   r->status = status;
   r->permit = permit;
   if (status != SHMSEM_OK) {
-    r->message = shmsem_last_error();
+    try {
+      r->message = shmsem_last_error();
+    } catch (...) {
+      // out of memory: the code alone names the failure
+    }
   }
   acquire_tsfn tsfn = r->tsfn;
-  // The queue is unbounded, so this never blocks; if the loop is gone the
-  // request is lost with it, and its seats go back with the process.
-  if (tsfn.NonBlockingCall(r) != napi_ok && permit != nullptr) {
-    shmsem_release(permit);
+  // The queue is unbounded, so this never blocks. If the loop is gone the
+  // request goes with it, and its seats go back here.
+  if (tsfn.NonBlockingCall(r) != napi_ok) {
+    give_back(permit);
   }
   tsfn.Release();
 }
