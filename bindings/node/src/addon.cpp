@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace {
@@ -214,9 +215,20 @@ void give_back(shmsem_permit* p) {
   }
 }
 
+// Whether a request's threadsafe function may still be called. Node frees
+// a threadsafe function when its environment is torn down (a worker thread
+// ends) even if another thread has not released it, so the library's thread
+// checks this, under its mutex, before each call; the function's finalizer
+// closes it.
+struct request_gate {
+  std::mutex m;
+  bool open = true;
+};
+using gate_ref = std::shared_ptr<request_gate>;
+
 struct acquire_request;
-void settle_on_loop(Napi::Env env, Napi::Function, void*, acquire_request* r);
-using acquire_tsfn = Napi::TypedThreadSafeFunction<void, acquire_request, settle_on_loop>;
+void settle_on_loop(Napi::Env env, Napi::Function, gate_ref*, acquire_request* r);
+using acquire_tsfn = Napi::TypedThreadSafeFunction<gate_ref, acquire_request, settle_on_loop>;
 
 struct acquire_request {
   explicit acquire_request(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
@@ -225,16 +237,20 @@ struct acquire_request {
   Napi::ObjectReference semaphore;  // kept alive while the request waits
   Napi::ObjectReference token;      // likewise: the C ABI needs it until the callback
   acquire_tsfn tsfn;
+  gate_ref gate = std::make_shared<request_gate>();
   int status = SHMSEM_OK;
   shmsem_permit* permit = nullptr;
   std::string message;
 };
 
-void settle_on_loop(Napi::Env env, Napi::Function, void*, acquire_request* r) {
+void settle_on_loop(Napi::Env env, Napi::Function, gate_ref*, acquire_request* r) {
   std::unique_ptr<acquire_request> owned(r);
   if (env == nullptr) {
-    // The environment is going away (worker exit): give the seats back.
+    // The environment is going away (worker exit): give the seats back, and
+    // leave its references alone.
     give_back(r->permit);
+    r->semaphore.SuppressDestruct();
+    r->token.SuppressDestruct();
     return;
   }
   // An exception must not leave a callback of the loop: it would end the
@@ -267,9 +283,16 @@ void acquire_done(int status, shmsem_permit* permit, void* ctx) noexcept {
       // out of memory: the code alone names the failure
     }
   }
+  gate_ref gate = r->gate;
   acquire_tsfn tsfn = r->tsfn;
-  // The queue is unbounded, so this never blocks. If the loop is gone the
-  // request goes with it, and its seats go back here.
+  std::lock_guard<std::mutex> lock(gate->m);
+  if (!gate->open) {
+    // The environment is gone, with the promise: the seats go back here,
+    // and the request's memory is left to the process.
+    give_back(permit);
+    return;
+  }
+  // The queue is unbounded, so this never blocks.
   if (tsfn.NonBlockingCall(r) != napi_ok) {
     give_back(permit);
   }
@@ -352,7 +375,17 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     if (token != nullptr) {
       r->token = Napi::Persistent(token_object);
     }
-    r->tsfn = acquire_tsfn::New(env, "shmsem.acquire", 0, 1);
+    auto* gate = new gate_ref(r->gate);
+    r->tsfn = acquire_tsfn::New(
+        env, "shmsem.acquire", 0, 1, gate,
+        [](Napi::Env, gate_ref* g, gate_ref*) {
+          {
+            std::lock_guard<std::mutex> lock((*g)->m);
+            (*g)->open = false;
+          }
+          delete g;
+        },
+        gate);
     shmsem_permit* permit = nullptr;
     int rc = shmsem_acquire_async(s, &o, token, acquire_done, r.get(), &permit);
     if (rc == SHMSEM_EINPROGRESS) {
