@@ -74,23 +74,25 @@ test('a lapsed TTL loses the seat: isHeld false, release throws', async (t) => {
 test('autoRenew keeps the seat past its TTL until stopAutoRenew', async (t) => {
   const key = uniqueKey(t);
   const sem = new SemaphoreService();
-  const p = await sem.acquire(key, 1, { ttl: 60, autoRenew: true });
+  // Renewed every 500 ms: only a loop stalled for over a second loses it.
+  const p = await sem.acquire(key, 1, { ttl: 1500, autoRenew: true });
   assert.equal(p.isAutoRenewing, true);
-  await new Promise((r) => setTimeout(r, 300));
+  await new Promise((r) => setTimeout(r, 3500));
   assert.equal(await p.isHeld(), true);
+  assert.ok(p.expiresAt > Date.now());
   p.stopAutoRenew();
   assert.equal(p.isAutoRenewing, false);
-  await new Promise((r) => setTimeout(r, 200));
+  await new Promise((r) => setTimeout(r, 1600));
   assert.equal(await p.isHeld(), false);
 });
 
 test('extend pushes the expiry forward', async (t) => {
   const key = uniqueKey(t);
   const sem = new SemaphoreService();
-  const p = await sem.acquire(key, 1, { ttl: 50 });
+  const p = await sem.acquire(key, 1, { ttl: 5000 });
   await p.extend(60000);
   assert.equal(p.ttl, 60000);
-  await new Promise((r) => setTimeout(r, 150));
+  await new Promise((r) => setTimeout(r, 5100));
   assert.equal(await p.isHeld(), true);
   await p.release();
 });
