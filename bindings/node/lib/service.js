@@ -6,7 +6,10 @@ const native = require('./native');
 const args = require('./args');
 const errors = require('./errors');
 
+// shmsem_open_options flags (shmsem/shmsem.h).
 const OPEN_NOCREATE = 1;
+const OPEN_FENCING = 2;
+const OPEN_BARGING = 4;
 
 class Permit {
   #native;
@@ -35,6 +38,7 @@ class Permit {
    * that is stuck stops renewing and the seat lapses, as a crash does. */
   startAutoRenew() {
     if (this.#released || this.ttl <= 0 || this.#renewTimer !== null) return;
+    this.#service._renewing(this, true);
     this.#renewTimer = setInterval(() => {
       try {
         this.#native.extend(this.ttl);
@@ -52,6 +56,7 @@ class Permit {
     if (this.#renewTimer !== null) {
       clearInterval(this.#renewTimer);
       this.#renewTimer = null;
+      this.#service._renewing(this, false);
     }
   }
 
@@ -61,7 +66,6 @@ class Permit {
     if (this.#released) return;
     this.#released = true;
     this.stopAutoRenew();
-    this.#service._forget(this);
     try {
       this.#native.release();
     } catch (e) {
@@ -100,8 +104,11 @@ class Permit {
 
 class SemaphoreService {
   #handles = new Map();
-  #permits = new Set();
+  // The permits that renew, for shutdown to stop. Only those: a permit the
+  // program drops is then collected, and its seats go back.
+  #renewing = new Set();
   #shutDown = false;
+  #openFlags;
 
   /**
    * @param {{defaults?: {ttl?: number, waitTimeout?: number, autoRenew?: boolean},
@@ -110,6 +117,18 @@ class SemaphoreService {
   constructor(options) {
     const o = args.checkOptions(options);
     this.defaults = args.serviceDefaults(o.defaults);
+    // How the semaphores this service creates are made; one that exists
+    // keeps its own.
+    this.#openFlags = 0;
+    if (o.fencing !== undefined && args.checkBoolean(o.fencing, 'options.fencing')) {
+      this.#openFlags |= OPEN_FENCING;
+    }
+    if (o.fairness !== undefined) {
+      if (o.fairness !== 'fifo' && o.fairness !== 'barging') {
+        throw args.typeError('options.fairness', "'fifo' or 'barging'", o.fairness);
+      }
+      if (o.fairness === 'barging') this.#openFlags |= OPEN_BARGING;
+    }
     this.logger = o.logger !== undefined ? o.logger : console;
     if (this.logger === null || typeof this.logger.warn !== 'function') {
       throw args.typeError('options.logger', 'an object with warn()', this.logger);
@@ -119,7 +138,7 @@ class SemaphoreService {
   #handle(key, permits) {
     let h = this.#handles.get(key);
     if (h === undefined) {
-      h = new native.Semaphore(key, permits, 0);
+      h = new native.Semaphore(key, permits, this.#openFlags);
       this.#handles.set(key, h);
     }
     return h;
@@ -146,13 +165,13 @@ class SemaphoreService {
 
   #wrap(nativePermit, key, o) {
     const permit = new Permit(nativePermit, this, key, o.ttl);
-    this.#permits.add(permit);
     if (o.autoRenew) permit.startAutoRenew();
     return permit;
   }
 
-  _forget(permit) {
-    this.#permits.delete(permit);
+  _renewing(permit, on) {
+    if (on) this.#renewing.add(permit);
+    else this.#renewing.delete(permit);
   }
 
   /** Takes a seat (options.weight seats) of `key`, a semaphore of `permits`
@@ -263,7 +282,7 @@ class SemaphoreService {
   shutdown() {
     if (this.#shutDown) return;
     this.#shutDown = true;
-    for (const permit of this.#permits) permit.stopAutoRenew();
+    for (const permit of [...this.#renewing]) permit.stopAutoRenew();
     for (const h of this.#handles.values()) h.shutdown();
   }
 

@@ -311,6 +311,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
                            InstanceMethod<&Semaphore::used>("used"),
                            InstanceMethod<&Semaphore::available>("available"),
                            InstanceMethod<&Semaphore::waiters>("waiters"),
+                           InstanceMethod<&Semaphore::is_barging>("isBarging"),
                            InstanceMethod<&Semaphore::force_release_all>("forceReleaseAll"),
                            InstanceMethod<&Semaphore::shutdown>("shutdown"),
                        });
@@ -433,6 +434,14 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
   Napi::Value used(const Napi::CallbackInfo& info) { return figure(info, shmsem_used); }
   Napi::Value available(const Napi::CallbackInfo& info) { return figure(info, shmsem_available); }
   Napi::Value waiters(const Napi::CallbackInfo& info) { return figure(info, shmsem_waiters); }
+
+  Napi::Value is_barging(const Napi::CallbackInfo& info) {
+    int rc = shmsem_is_barging(live(info.Env()));
+    if (rc < 0) {
+      throw_last(info.Env(), rc);
+    }
+    return Napi::Boolean::New(info.Env(), rc == 1);
+  }
 
   Napi::Value force_release_all(const Napi::CallbackInfo& info) {
     int rc = shmsem_force_release_all(live(info.Env()));

@@ -52,3 +52,23 @@ test('the shmsem CLI (C++) and Node share the seats of one key', { skip: !proces
   await mine.release();
   assert.equal(await sem.usedPermits(key), 0);
 });
+
+test('a permit dropped without release gives its seat back when collected', async (t) => {
+  const key = uniqueKey(t, 'gc');
+  const child = spawn(process.execPath, ['--expose-gc', '-e', `
+    const { SemaphoreService } = require(${JSON.stringify(require('node:path').join(__dirname, '..', 'lib'))});
+    const sem = new SemaphoreService();
+    (async () => {
+      await sem.acquire(${JSON.stringify(key)}, 1);  // dropped at once
+      const before = await sem.usedPermits(${JSON.stringify(key)});
+      for (let i = 0; i < 20 && (await sem.usedPermits(${JSON.stringify(key)})) !== 0; i++) {
+        global.gc();
+        await new Promise((r) => setImmediate(r));
+      }
+      console.log(before, await sem.usedPermits(${JSON.stringify(key)}));
+    })();
+  `], { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.after(() => child.kill('SIGKILL'));
+  assert.equal(await nextLine(child), '1 0');
+  assert.deepEqual(await exited(child), [0, null]);
+});

@@ -183,3 +183,22 @@ test('a seat granted as the service shuts down is given back', async (t) => {
   await assert.rejects(waiting, { reason: 'shutdown' });
   assert.equal(probe.used(), 0);
 });
+
+test('fencing and fairness shape the semaphores the service creates', async (t) => {
+  const key = uniqueKey(t);
+  const barging = uniqueKey(t);
+  const native = require('../lib/native');
+  const fenced = new SemaphoreService({ fencing: true });
+  const a = await fenced.acquire(key, 2);
+  const b = await fenced.acquire(key, 2);
+  assert.equal(typeof a.fencingToken, 'bigint');
+  assert.ok(b.fencingToken > a.fencingToken);
+  await a.release();
+  await b.release();
+  await (await new SemaphoreService({ fairness: 'barging' }).acquire(barging, 1)).release();
+  const probe = new native.Semaphore(barging, 1, 1);
+  t.after(() => probe.close());
+  assert.equal(probe.isBarging(), true);
+  assert.throws(() => new SemaphoreService({ fairness: 'fair' }), TypeError);
+  assert.throws(() => new SemaphoreService({ fencing: 'yes' }), TypeError);
+});
