@@ -17,7 +17,11 @@ class Permit {
   #released = false;
   #renewTimer = null;
 
+  /** Made by SemaphoreService only. */
   constructor(nativePermit, service, key, ttl) {
+    if (!(nativePermit instanceof native.Permit) || !(service instanceof SemaphoreService)) {
+      throw args.typeError('Permit', 'made by SemaphoreService.acquire or tryAcquire', nativePermit);
+    }
     this.#native = nativePermit;
     this.#service = service;
     this.key = key;

@@ -60,6 +60,11 @@ test('a released permit used again: release is a no-op, extend throws, isHeld is
   assert.equal(await p.isHeld(), false);
 });
 
+test('a Permit is made by the service only', () => {
+  assert.throws(() => new shmsem.Permit(), { name: 'TypeError', code: 'ERR_INVALID_ARG_TYPE' });
+  assert.throws(() => new shmsem.Permit({}, {}, 'k', 0), TypeError);
+});
+
 test('the addon checks its own arguments', () => {
   assert.throws(() => new native.Semaphore(), TypeError);
   assert.throws(() => new native.Semaphore('k', 0, 0), RangeError);
@@ -153,6 +158,7 @@ test('fuzz: random arguments only ever give typed errors', async (t) => {
     (a) => handle.tryAcquire(a[0], a[1]),
     (a) => new native.Permit(a[0]).extend(a[1]),
     (a) => native.remove(a[0]),
+    (a) => new shmsem.Permit(a[0], a[1], a[2], a[3]),
   ];
   let typed = 0;
   for (let i = 0; i < 3000; i++) {
