@@ -100,9 +100,16 @@ class Permit : public Napi::ObjectWrap<Permit> {
                        });
   }
 
-  // Wraps a permit the C ABI handed over; the new object owns it.
+  // Wraps a permit the C ABI handed over; the new object owns it. If the
+  // object cannot be made, the seats go back before the error is thrown.
   static Napi::Object wrap(Napi::Env env, shmsem_permit* p) {
-    Napi::Object o = env.GetInstanceData<addon_data>()->permit_ctor.New({});
+    Napi::Object o;
+    try {
+      o = env.GetInstanceData<addon_data>()->permit_ctor.New({});
+    } catch (...) {
+      shmsem_release(p);
+      throw;
+    }
     Unwrap(o)->permit_ = p;
     return o;
   }
@@ -206,8 +213,6 @@ class CancelToken : public Napi::ObjectWrap<CancelToken> {
   shmsem_cancel_token* token_ = nullptr;
 };
 
-// One waiting acquire: created on the loop, handed to the library's thread
-// by shmsem_acquire_async, back on the loop through its threadsafe function.
 // Seats that no JS object will own go back at once.
 void give_back(shmsem_permit* p) {
   if (p != nullptr) {
@@ -230,6 +235,8 @@ struct acquire_request;
 void settle_on_loop(Napi::Env env, Napi::Function, gate_ref*, acquire_request* r);
 using acquire_tsfn = Napi::TypedThreadSafeFunction<gate_ref, acquire_request, settle_on_loop>;
 
+// One waiting acquire: created on the loop, handed to the library's thread
+// by shmsem_acquire_async, back on the loop through its threadsafe function.
 struct acquire_request {
   explicit acquire_request(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
 
@@ -258,10 +265,10 @@ void settle_on_loop(Napi::Env env, Napi::Function, gate_ref*, acquire_request* r
   try {
     Napi::HandleScope scope(env);
     if (r->status == SHMSEM_OK) {
+      // The Permit object owns the seats from here, even if it throws.
       shmsem_permit* p = r->permit;
       r->permit = nullptr;
-      Napi::Object permit = Permit::wrap(env, p);
-      r->deferred.Resolve(permit);
+      r->deferred.Resolve(Permit::wrap(env, p));
     } else {
       r->deferred.Reject(shmsem_error(env, r->status, r->message).Value());
     }
