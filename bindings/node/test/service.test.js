@@ -202,3 +202,15 @@ test('fencing and fairness shape the semaphores the service creates', async (t) 
   assert.throws(() => new SemaphoreService({ fairness: 'fair' }), TypeError);
   assert.throws(() => new SemaphoreService({ fencing: 'yes' }), TypeError);
 });
+
+test('an uncontended acquire completes at once, without a trip through the loop', async (t) => {
+  const key = uniqueKey(t);
+  const sem = new SemaphoreService();
+  let loopTurned = false;
+  setImmediate(() => {
+    loopTurned = true;
+  });
+  const p = await sem.acquire(key, 1);
+  assert.equal(loopTurned, false, 'the grant waited for a turn of the event loop');
+  await p.release();
+});
