@@ -1,5 +1,5 @@
 'use strict';
-// The package from an ES module: every name of index.d.ts is a named export.
+// The package as npm and ES modules see it: named exports, and its version.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -13,4 +13,12 @@ test('every exported name of the types is a named ESM export', async () => {
   assert.ok(values.length >= 12, `only ${values.length} names found in index.d.ts`);
   for (const name of values) assert.notEqual(esm[name], undefined, `${name} is not a named export`);
   assert.match(esm.version(), /^\d+\.\d+\.\d+$/);
+});
+
+test('the package version is the library version', () => {
+  const pkg = require('../package.json');
+  const lock = require('../package-lock.json');
+  const native = require('../lib/native');
+  assert.equal(pkg.version, native.version());
+  assert.equal(lock.version, pkg.version);
 });
