@@ -7,8 +7,10 @@
 #   scripts/deps.sh deb     demo + the Debian packaging and the suite the
 #                           package build runs (`make deb`)
 #   scripts/deps.sh test    everything `make test` runs: the suite, sanitizers,
-#                           static checks, fuzzers, the package tests, and the
-#                           npm peer that bench.smoke runs (default)
+#                           static checks, fuzzers, the package tests, the
+#                           npm peer that bench.smoke runs, and the Node
+#                           package's npm dependencies (npm ci in
+#                           bindings/node) (default)
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 set_name=${1:-test}
@@ -56,6 +58,11 @@ if [ $node_peer -eq 1 ]; then
   command -v node >/dev/null || pkgs+=(nodejs)
   command -v npm >/dev/null || pkgs+=(npm)
 fi
+# The Node package's addon (bindings/node) builds against node_api.h:
+# nodesource's nodejs ships it, Debian's comes with libnode-dev.
+if [ "$set_name" = test ] && [ ! -f /usr/include/node/node_api.h ]; then
+  pkgs+=(libnode-dev)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -74,17 +81,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# Never at build time: the build downloads nothing. Without the packages
-# the bench's peer row says "not installed" instead of a figure.
-if [ $node_peer -eq 1 ]; then
-  peer_dir="$(cd "$(dirname "$0")/.." && pwd)/bench/node"
-  # npm ci starts from an empty node_modules: only when the lock file is
-  # newer than what is installed.
-  installed="$peer_dir/node_modules/.package-lock.json"
-  if [ -f "$installed" ] && [ ! "$peer_dir/package-lock.json" -nt "$installed" ]; then
-    :
-  elif ! (cd "$peer_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
-    echo "deps ($set_name): warning: npm ci in $peer_dir failed; the redis-semaphore" \
-      "row of make bench will say it is not installed" >&2
+# Never at build time: the build downloads nothing.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# npm ci starts from an empty node_modules: only when the lock file is newer
+# than what is installed. Returns npm's status.
+npm_ci() {
+  local installed="$1/node_modules/.package-lock.json"
+  if [ -f "$installed" ] && [ ! "$1/package-lock.json" -nt "$installed" ]; then
+    return 0
   fi
+  (cd "$1" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+}
+# Without the packages the bench's peer row says "not installed" instead of
+# a figure.
+if [ $node_peer -eq 1 ] && ! npm_ci "$root/bench/node"; then
+  echo "deps ($set_name): warning: npm ci in $root/bench/node failed; the redis-semaphore" \
+    "row of make bench will say it is not installed" >&2
+fi
+# The Node package's node-addon-api (header-only) and the NestJS packages its
+# tests run against; without them CMake leaves the Node package out.
+if [ "$set_name" = test ] && ! npm_ci "$root/bindings/node"; then
+  echo "deps ($set_name): npm ci in $root/bindings/node failed" >&2
+  exit 1
 fi

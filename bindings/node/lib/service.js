@@ -1,0 +1,307 @@
+'use strict';
+// SemaphoreService and Permit: the API of the seed's ISemaphoreService over
+// the addon. One native handle per key, opened at first use and kept.
+
+const native = require('./native');
+const args = require('./args');
+const errors = require('./errors');
+
+// shmsem_open_options flags (shmsem/shmsem.h).
+const OPEN_NOCREATE = 1;
+const OPEN_FENCING = 2;
+const OPEN_BARGING = 4;
+
+class Permit {
+  #native;
+  #service;
+  #released = false;
+  #renewTimer = null;
+
+  /** Made by SemaphoreService only. */
+  constructor(nativePermit, service, key, ttl) {
+    if (!(nativePermit instanceof native.Permit) || !(service instanceof SemaphoreService)) {
+      throw args.typeError('Permit', 'made by SemaphoreService.acquire or tryAcquire', nativePermit);
+    }
+    this.#native = nativePermit;
+    this.#service = service;
+    this.key = key;
+    this.permitId = nativePermit.id();
+    this.weight = nativePermit.weight();
+    this.ttl = ttl;
+    this.acquiredAt = Date.now();
+    this.expiresAt = ttl > 0 ? this.acquiredAt + ttl : Infinity;
+    const token = nativePermit.fencingToken();
+    this.fencingToken = token === 0n ? null : token;
+  }
+
+  get isAutoRenewing() {
+    return this.#renewTimer !== null;
+  }
+
+  /** Renews the lease every third of its TTL from the event loop, so a loop
+   * that is stuck stops renewing and the seat lapses, as a crash does. */
+  startAutoRenew() {
+    if (this.#released || this.ttl <= 0 || this.#renewTimer !== null) return;
+    this.#service._renewing(this, true);
+    this.#renewTimer = setInterval(() => {
+      try {
+        this.#native.extend(this.ttl);
+        this.expiresAt = Date.now() + this.ttl;
+      } catch (e) {
+        this.stopAutoRenew();
+        this.#service.logger.warn(`shmsem: auto-renewal of permit ${this.permitId} of ${this.key} ` +
+          `stopped: ${e.message}`);
+      }
+    }, Math.max(1, Math.floor(this.ttl / 3)));
+    this.#renewTimer.unref();
+  }
+
+  stopAutoRenew() {
+    if (this.#renewTimer !== null) {
+      clearInterval(this.#renewTimer);
+      this.#renewTimer = null;
+      this.#service._renewing(this, false);
+    }
+  }
+
+  /** Frees the seats. Idempotent. Throws SemaphorePermitNotHeldError when they
+   * were lost first (TTL, force-released): the bound was not held throughout. */
+  async release() {
+    if (this.#released) return;
+    this.#released = true;
+    this.stopAutoRenew();
+    try {
+      this.#native.release();
+    } catch (e) {
+      if (errors.codeName(e) === 'SHMSEM_ENOTHELD') {
+        throw new errors.SemaphorePermitNotHeldError(this.key, this.permitId, e.message);
+      }
+      throw errors.libraryError(e, this.key);
+    }
+  }
+
+  /** Sets the expiry to now + ttl ms. SemaphoreExtensionError when the seats were
+   * lost first or the permit was released. */
+  async extend(ttl) {
+    args.checkInteger(ttl, 'ttl', 1, args.MAX_TTL);
+    if (this.#released) {
+      throw new errors.SemaphoreExtensionError(this.key, this.permitId,
+        `permit ${this.permitId} of ${this.key} was released already`);
+    }
+    try {
+      this.#native.extend(ttl);
+    } catch (e) {
+      if (errors.codeName(e) === 'SHMSEM_EEXTEND') {
+        this.stopAutoRenew();
+        throw new errors.SemaphoreExtensionError(this.key, this.permitId, e.message);
+      }
+      throw errors.libraryError(e, this.key);
+    }
+    this.ttl = ttl;
+    this.expiresAt = Date.now() + ttl;
+  }
+
+  async isHeld() {
+    return !this.#released && this.#native.isHeld();
+  }
+}
+
+class SemaphoreService {
+  #handles = new Map();
+  // The permits that renew, for shutdown to stop. Only those: a permit the
+  // program drops is then collected, and its seats go back.
+  #renewing = new Set();
+  #shutDown = false;
+  #openFlags;
+
+  /**
+   * @param {{defaults?: {ttl?: number, waitTimeout?: number, autoRenew?: boolean},
+   *          logger?: {warn(message: string): void}}} [options]
+   */
+  constructor(options) {
+    const o = args.checkOptions(options);
+    this.defaults = args.serviceDefaults(o.defaults);
+    // How the semaphores this service creates are made; one that exists
+    // keeps its own.
+    this.#openFlags = 0;
+    if (o.fencing !== undefined && args.checkBoolean(o.fencing, 'options.fencing')) {
+      this.#openFlags |= OPEN_FENCING;
+    }
+    if (o.fairness !== undefined) {
+      if (o.fairness !== 'fifo' && o.fairness !== 'barging') {
+        throw args.typeError('options.fairness', "'fifo' or 'barging'", o.fairness);
+      }
+      if (o.fairness === 'barging') this.#openFlags |= OPEN_BARGING;
+    }
+    this.logger = o.logger !== undefined ? o.logger : console;
+    if (this.logger === null || typeof this.logger.warn !== 'function') {
+      throw args.typeError('options.logger', 'an object with warn()', this.logger);
+    }
+  }
+
+  #handle(key, permits) {
+    let h = this.#handles.get(key);
+    if (h === undefined) {
+      h = new native.Semaphore(key, permits, this.#openFlags);
+      this.#handles.set(key, h);
+    }
+    return h;
+  }
+
+  // The handle of an existing semaphore, or null if there is none.
+  #existing(key) {
+    args.checkKey(key);
+    let h = this.#handles.get(key);
+    if (h !== undefined) return h;
+    try {
+      h = new native.Semaphore(key, 1, OPEN_NOCREATE);
+    } catch (e) {
+      if (errors.codeName(e) === 'SHMSEM_ENOENT') return null;
+      throw errors.libraryError(e, key);
+    }
+    this.#handles.set(key, h);
+    return h;
+  }
+
+  #shutdownError(key) {
+    return new errors.SemaphoreAcquisitionError(key, 'shutdown', `semaphore service is shut down (${key})`);
+  }
+
+  #wrap(nativePermit, key, o) {
+    const permit = new Permit(nativePermit, this, key, o.ttl);
+    if (o.autoRenew) permit.startAutoRenew();
+    return permit;
+  }
+
+  _renewing(permit, on) {
+    if (on) this.#renewing.add(permit);
+    else this.#renewing.delete(permit);
+  }
+
+  /** Takes a seat (options.weight seats) of `key`, a semaphore of `permits`
+   * seats, waiting up to options.waitTimeout ms on the library's thread. */
+  async acquire(key, permits, options) {
+    args.checkKey(key);
+    args.checkPermits(permits);
+    const o = args.acquireOptions(options, this.defaults, permits);
+    if (this.#shutDown) throw this.#shutdownError(key);
+    if (o.signal !== undefined && o.signal.aborted) {
+      throw new errors.SemaphoreAcquisitionError(key, 'cancelled', `acquire of ${key} was aborted`,
+        { cause: o.signal.reason });
+    }
+    let token = null;
+    let onAbort = null;
+    let nativePermit;
+    try {
+      const h = this.#handle(key, permits);
+      if (o.signal !== undefined) {
+        token = new native.CancelToken();
+        onAbort = () => token.cancel();
+        o.signal.addEventListener('abort', onAbort, { once: true });
+      }
+      nativePermit = await h.acquire(o.weight, o.waitTimeout, o.ttl, token);
+    } catch (e) {
+      throw errors.acquisitionError(key, e);
+    } finally {
+      if (onAbort !== null) o.signal.removeEventListener('abort', onAbort);
+    }
+    if (this.#shutDown) {
+      // Won as the service shut down: give it back quietly.
+      try {
+        nativePermit.release();
+      } catch {
+        // lost already: nothing to give back
+      }
+      throw this.#shutdownError(key);
+    }
+    return this.#wrap(nativePermit, key, o);
+  }
+
+  /** One attempt, never waits: a Permit, or null when the seats are not free now,
+   * others wait ahead, or the weight exceeds the capacity. */
+  async tryAcquire(key, permits, options) {
+    args.checkKey(key);
+    args.checkPermits(permits);
+    const o = args.acquireOptions(options, this.defaults, permits);
+    if (this.#shutDown) return null;
+    let nativePermit;
+    try {
+      nativePermit = this.#handle(key, permits).tryAcquire(o.weight, o.ttl);
+    } catch (e) {
+      throw errors.acquisitionError(key, e);
+    }
+    return nativePermit === null ? null : this.#wrap(nativePermit, key, o);
+  }
+
+  /** acquire, run fn, always release. A seat lost before the release is logged
+   * (the work already ran), not thrown. */
+  async withPermit(key, permits, fn, options) {
+    args.checkFunction(fn, 'fn');
+    const permit = await this.acquire(key, permits, options);
+    return this._runHolding(permit, fn);
+  }
+
+  async _runHolding(permit, fn) {
+    try {
+      return await fn();
+    } finally {
+      try {
+        await permit.release();
+      } catch (e) {
+        if (e && e.code === errors.PERMIT_NOT_HELD) {
+          this.logger.warn(`shmsem: ${e.message}`);
+        } else {
+          throw e;
+        }
+      }
+    }
+  }
+
+  /** Seats held now (leases of live holders, not yet expired). 0 for a key
+   * that has no semaphore. */
+  async usedPermits(key) {
+    const h = this.#existing(key);
+    return h === null ? 0 : h.used();
+  }
+
+  async availablePermits(key, permits) {
+    args.checkPermits(permits);
+    return Math.max(0, permits - (await this.usedPermits(key)));
+  }
+
+  /** Frees every seat of `key`; returns how many live leases were displaced
+   * (their release() then throws SemaphorePermitNotHeldError). */
+  async forceReleaseAll(key) {
+    const h = this.#existing(key);
+    if (h === null) return 0;
+    try {
+      return h.forceReleaseAll();
+    } catch (e) {
+      throw errors.libraryError(e, key);
+    }
+  }
+
+  /** Application shutdown: waiting acquires end with reason 'shutdown', later
+   * ones fail, auto-renewal stops. Held permits are not released. */
+  shutdown() {
+    if (this.#shutDown) return;
+    this.#shutDown = true;
+    for (const permit of [...this.#renewing]) permit.stopAutoRenew();
+    for (const h of this.#handles.values()) h.shutdown();
+  }
+
+  get isShutDown() {
+    return this.#shutDown;
+  }
+
+  /** NestJS calls these at app.close(): the first one shuts down. */
+  onModuleDestroy() {
+    this.shutdown();
+  }
+
+  onApplicationShutdown() {
+    this.shutdown();
+  }
+}
+
+module.exports = { SemaphoreService, Permit };
