@@ -512,7 +512,13 @@ TEST(ShmsemRun, TheWitnessHoldsOnlyItsReportPipeAndDiesWithTheWrapper) {
   unique_key key;
   running_tool t(run_args(key, {"-p", "1"}, {"sh", "-c", "echo ready; exec sleep 600"}));
   ASSERT_EQ(t.read_line(), "ready");
-  const auto witnesses = children_named(t.pid(), "shmsem-witness");
+  // The witness names itself once it runs, which on a busy host can be
+  // after the command has started.
+  std::vector<pid_t> witnesses;
+  EXPECT_TRUE(eventually([&] {
+    witnesses = children_named(t.pid(), "shmsem-witness");
+    return witnesses.size() == 1;
+  }));
   ASSERT_EQ(witnesses.size(), 1u);
   const pid_t witness = witnesses[0];
   const std::string only = "0=/dev/null 1=/dev/null 2=/dev/null 3=pipe ";
@@ -557,7 +563,9 @@ TEST(ShmsemRun, TheWitnessIsForkedWhenItsCloneIsRefused) {
                              "-e", "inject=clone:error=EINVAL:when=1"});
   running_tool t(args);
   const pid_t wrapper = std::stoi(t.read_line());
-  EXPECT_EQ(children_named(wrapper, "shmsem-witness").size(), 1u);
+  // Named once it runs (see above).
+  EXPECT_TRUE(eventually([&] { return children_named(wrapper, "shmsem-witness").size() == 1; }))
+      << "no forked witness";
   t.close_stdin();
   EXPECT_EQ(t.wait(), 0);
 }
