@@ -57,7 +57,8 @@ std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t
   s.holder.store(holder, std::memory_order_relaxed);
   s.weight = weight;
   s.ttl_ms = static_cast<std::int32_t>(ttl_ms);
-  // Precise: the starvation bound (barging) is finer than the coarse clock.
+  // Precise: the wait histogram's lowest buckets are finer than the coarse
+  // clock.
   s.enqueued_ns = sys::precise_now_ns();
   s.ticket = hdr->next_ticket++;
   link_last(w);

@@ -1,8 +1,8 @@
 // fairness_test.cpp: the two fairness policies. Under fifo a freed seat
 // goes to the first in line; under barging a running request may take it
-// ahead of the sleeping ones, until the first in line has waited past
-// kStarvationBound, after which the queue is served in order, weights and
-// all, until it is empty. The policy is the segment's, chosen at creation.
+// ahead of the sleeping ones, until the first in line has been first for
+// kStarvationBound, after which freed seats are kept for it, weights and
+// all, until it is served. The policy is the segment's, chosen at creation.
 #include <shmsem/shmsem.hpp>
 
 #include <gtest/gtest.h>
@@ -131,8 +131,8 @@ INSTANTIATE_TEST_SUITE_P(Policies, PassingTheQueue,
 
 // Capacity 4, three seats held here, a weight-3 request waiting in another
 // process. A weight-1 try_acquire could pass it for the one free seat; once
-// the first in line has waited past the bound it may not, and the queue is
-// served in order: a weight-1 request that comes later waits behind the
+// the first in line has been first past the bound it may not, and the
+// freed seats are kept for it: a weight-1 request that comes later waits behind the
 // weight-3 head even while two seats are free, and is served after it.
 TEST(Fairness, AWeightedHeadThatWaitedPastTheBoundIsServedBeforeNewcomers) {
   SHMSEM_SHM_ONLY();
