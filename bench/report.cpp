@@ -735,7 +735,8 @@ void write_contended(const Table& t, std::ostream& out) {
          "included, plus one release; it also holds any time the thread was runnable but not "
          "scheduled, which no policy controls once threads outnumber cores. Barging lets a running "
          "thread take a free seat ahead of the sleeping ones until the "
-         "first in line has waited 1 ms (kStarvationBound); fifo hands every freed seat to the "
+         "first in line has been first for 1 ms (kStarvationBound); fifo hands every freed seat to "
+         "the "
          "first in line.\n\n";
 }
 

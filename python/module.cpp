@@ -809,7 +809,8 @@ each command (None: 1).
 fencing: shared memory, at creation: grants carry fencing tokens.
 fairness: shared memory, at creation: 'fifo' (None: the default; a freed seat
 goes to the first in line) or 'barging' (a running request may take a free
-seat ahead of the sleeping ones until the first in line has waited 1 ms). An
+seat ahead of the sleeping ones until the first in line has been first for
+1 ms). An
 existing semaphore keeps its own (a different one asked for is logged).
 A key that is a URL, redis://host[:port]/KEY or redis+unix:///PATH?key=KEY,
 names a semaphore kept in Redis and shared by every host that reaches it.

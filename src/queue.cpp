@@ -57,7 +57,8 @@ std::uint32_t attachment::enqueue(std::uint32_t holder, int weight, std::int64_t
   s.holder.store(holder, std::memory_order_relaxed);
   s.weight = weight;
   s.ttl_ms = static_cast<std::int32_t>(ttl_ms);
-  // Precise: the starvation bound (barging) is finer than the coarse clock.
+  // Precise: the wait histogram's lowest buckets are finer than the coarse
+  // clock.
   s.enqueued_ns = sys::precise_now_ns();
   s.ticket = hdr->next_ticket++;
   link_last(w);
@@ -256,11 +257,14 @@ attachment::served attachment::serve_head(std::uint32_t head, std::int64_t now, 
   record_histogram(hdr->stats.wait, waited);
   dequeue(head - 1);
   tell(head - 1, kGranted, wakes);
-  // Barging, starved: as in Go's sync.Mutex, a waiter served within the
-  // bound shows that the queue moves again, and running requests may pass
-  // it once more. Else a busy semaphore, whose queue never empties, would
-  // stay FIFO for good after one starved head.
-  if (hdr->fairness == kFairnessBarging && waited < starvation_bound() && (gate() & kGateQueued) &&
+  // Barging, starved: the head that was passed for the bound is served, and
+  // running requests may pass the next one again, for the bound counted
+  // from when it became the head (wait_in_queue). A deep queue's heads have
+  // all waited long before their turn; an exit only for a head served
+  // within the bound of its enqueue (Go's sync.Mutex) would keep a busy
+  // semaphore, whose queue never empties, FIFO for good, each seat idle
+  // while a sleeper wakes.
+  if (hdr->fairness == kFairnessBarging && (gate() & kGateQueued) &&
       hdr->queue_head.load(std::memory_order_relaxed) != kNil)
     set_gate_flags(kGateWaiting, kGateQueued);
   return served::granted;
@@ -567,9 +571,11 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
   std::int64_t soon_backoff = 0;
   int soon_looks = 0;
   bool awaited = false;  // waited for the exit of a holder whose lifeline reads dead
-  // Barging: when this wait began, and whether it already took the lock to
-  // compete for a seat since it last slept.
-  const std::int64_t queued_at = slot.enqueued_ns;
+  // Barging: since when this waiter has been first in line (as far as it
+  // has seen: the new head is woken to take up its watch duty), and
+  // whether it already took the lock to compete for a seat since it last
+  // slept.
+  std::int64_t head_since = 0;
   bool competed = false;
   for (;;) {
     for (;;) {
@@ -603,11 +609,15 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
       const bool head = watch.head == w + 1;
       const bool second = watch.second == w + 1;
       std::int64_t pass_until = sys::kNever;
+      if (!head)
+        head_since = 0;
+      else if (head_since == 0)
+        head_since = now;
       if (head && a.queue_passable()) {
         // Barging: running requests may take free seats ahead of us. Woken,
         // we compete for them; past the bound, we make the queue FIFO.
         const std::uint64_t g = a.gate();
-        const bool starved = now - queued_at >= starvation_bound();
+        const bool starved = now - head_since >= starvation_bound();
         if ((layout::gate_fits(g, n) || starved) && !competed) {
           competed = true;
           segment_lock lk(a, deadline);
@@ -625,7 +635,7 @@ queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t dea
                                               std::memory_order_acq_rel);
           continue;
         }
-        pass_until = queued_at + starvation_bound();
+        pass_until = head_since + starvation_bound();
       }
       bells.collect(a, slot, seq, head);
       std::int64_t until = deadline;

@@ -398,9 +398,9 @@ struct attachment {
   /// otherwise wakes the first in line to compete for the seats
   /// (kGateWoken).
   void grant_queued(std::int64_t now_ns, wake_list& wakes, std::uint32_t own = layout::kNil);
-  /// [locked] Under barging: the first in line has waited past the bound,
-  /// so the queue is served in order until it is empty, or until a waiter
-  /// is served within the bound (serve_head()).
+  /// [locked] Under barging: the first in line has been first for longer
+  /// than the bound, so freed seats are kept for it until it is served
+  /// (serve_head()).
   void starve();
   /// The head waiter's watch (no lock): true if reap() would find anything:
   /// a lease past its expiry, a recount due, or a dead process among the

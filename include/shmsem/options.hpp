@@ -33,18 +33,19 @@ enum class Fairness {
   fifo,
   /// A running request may take a free seat ahead of the sleeping ones (as
   /// Go's sync.Mutex in its normal mode); the first in line is woken to
-  /// compete for it. Once the first in line has waited longer than
-  /// kStarvationBound, the semaphore turns FIFO until its queue is empty or
-  /// a waiter is served within the bound (Go's starvation mode): nobody
-  /// starves, whatever the weights.
+  /// compete for it. Once the first in line has been first for longer than
+  /// kStarvationBound, freed seats go to it, and to nobody else, until it
+  /// is served (Go's starvation mode); then the next one in line may be
+  /// passed for the bound in turn. Nobody starves, whatever the weights.
   barging,
 };
 
 /// "fifo" or "barging".
 SHMSEM_API const char* to_string(Fairness f) noexcept;
 
-/// How long the first waiter in line lets running requests pass it under
-/// Fairness::barging before seats go to the queue in order.
+/// How long the first waiter in line, counted from when it became the
+/// first, lets running requests pass it under Fairness::barging before
+/// freed seats are kept for it.
 inline constexpr std::chrono::milliseconds kStarvationBound{1};
 
 /// Settings of one handle, given to Semaphore::open.

@@ -11,9 +11,9 @@
 // request is never starved by a stream of small ones. try_acquire() does not
 // jump the queue: it fails while anyone is waiting. A semaphore created with
 // Fairness::barging (options.hpp) relaxes this for throughput: a running
-// request may pass the queue until its first in line has waited
-// kStarvationBound, and the queue is then served in this strict order until
-// it is empty or moves again (a waiter served within the bound).
+// request may pass the queue until its first in line has been first for
+// kStarvationBound; that waiter is then served before anyone else, and the
+// next one in line may be passed for the bound in turn.
 //
 // A Semaphore is movable and safe to use from many threads at once. Many
 // handles to one key in one process share one mapping.

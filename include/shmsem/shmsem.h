@@ -118,7 +118,7 @@ SHMSEM_API int shmsem_open(const char* key, uint32_t permits, shmsem_sem** out);
 #define SHMSEM_OPEN_FENCING 2u  /* shared memory, at creation: grants carry fencing tokens */
 /* Shared memory, at creation: Fairness::barging (shmsem/options.hpp), where
  * a running request may take a free seat ahead of the sleeping ones until
- * the first in line has waited 1 ms; without it, FIFO. A Redis key refuses
+ * the first in line has been first for 1 ms; without it, FIFO. A Redis key refuses
  * it (SHMSEM_EINVAL). A library older than this flag refuses it too. */
 #define SHMSEM_OPEN_BARGING 4u
 
