@@ -202,9 +202,9 @@ void saw_epoch(semaphore_state& s, std::string_view epoch) {
   for (const auto& note : notes) s.tell(note);
 }
 
-void touched(semaphore_state& s, std::int64_t sent_at) {
+void touched(semaphore_state& s, std::int64_t sent_at, std::uint64_t own_wid = 0) {
   std::lock_guard g(s.mu);
-  s.touched_ns = std::max(s.touched_ns, sent_at);
+  s.renewed(sent_at, own_wid);
 }
 
 AcquireEvent event(semaphore_state& s, int n, std::uint64_t id, Outcome o, bool waited,
@@ -445,7 +445,7 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
     const std::string st(r.at(0).str());
     if (st != "ok" && st != "queued" && st != "full" && st != "exceeds")
       fail(h, s, Reason::error, n, waited, started, wakeups, foreign_data(s, r));
-    touched(s, sent_at);
+    touched(s, sent_at, st == "queued" ? static_cast<std::uint64_t>(r.at(2).integer()) : 0);
     saw_epoch(s, r.at(1).str());
     {
       std::lock_guard g(s.mu);
@@ -499,10 +499,12 @@ Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireO
       }
       outcome = w.st;
       s.waiters.erase(w.wid);
-      if (outcome == waiter::state::granted && w.heard_late) {
-        // A grant heard after the session may have lapsed (it was published
-        // while this process was stopped): the seat may be someone else's
-        // by now. It goes back, if it is still ours.
+      if (outcome == waiter::state::granted &&
+          (w.heard_late || sys::precise_now_ns() >= s.session_deadline_ns())) {
+        // The session may have lapsed since the grant was heard (this
+        // process was stopped before it heard it, or between then and
+        // now): the seat may be someone else's by now. It goes back, if
+        // it is still ours, and the wait starts over.
         s.abandoned.push_back(std::to_string(w.wid));
         give_back = true;
         outcome = waiter::state::gone;

@@ -176,6 +176,16 @@ void semaphore_state::add_waiter(waiter& w) {
   early.erase(it);
 }
 
+void semaphore_state::renewed(std::int64_t sent_at, std::uint64_t own_wid) {
+  if (sys::precise_now_ns() >= session_deadline_ns()) {
+    for (auto& [wid, w] : waiters)
+      if (w->st == waiter::state::granted && wid != own_wid) w->heard_late = true;
+    for (auto& [wid, e] : early)
+      if (wid != own_wid) e.late = true;
+  }
+  touched_ns = std::max(touched_ns, sent_at);
+}
+
 bool semaphore_state::active() const {
   return !leases.empty() || !waiters.empty() || idle_watchers > 0 || !releases.empty() ||
          !abandoned.empty() || !voided.empty();
@@ -351,6 +361,7 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
   }
 
   std::vector<lease*> lost;
+  std::vector<std::string> heard;  // grants in the reply, for the log
   {
     std::lock_guard g(s.mu);
     const std::int64_t now = sys::precise_now_ns();
@@ -380,7 +391,7 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
       sc.retry_ns = 0;
       const std::string_view status = r.at(0).str();
       if (status == "ok") {
-        s.touched_ns = sent_at;
+        s.renewed(sent_at);
         s.voided.erase(s.voided.begin(), s.voided.begin() + static_cast<long>(n_voided));
         s.releases.erase(s.releases.begin(), s.releases.begin() + static_cast<long>(n_releases));
         s.abandoned.erase(s.abandoned.begin(),
@@ -408,6 +419,7 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
             case waiter_status::granted:
               w.st = waiter::state::granted;
               w.lease_id = got.lease_id;
+              heard.push_back(std::to_string(w.wid) + " of lease " + std::to_string(w.lease_id));
               if (s.subscribed) s.missed_message = true;
               break;
             case waiter_status::rejected:
@@ -461,6 +473,8 @@ void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& s
         if (auto n = s.take_loss_note(*l)) notes.push_back(std::move(*n));
   }
   for (const auto& n : notes) s.tell(n);
+  for (const auto& what : heard)
+    log().debug("semaphore '{}': a renewal found the grant to wait {}", s.where.display, what);
 }
 
 void keeper::impl::drop_subscriber(subscriber& sub, const std::string& why) {
@@ -488,6 +502,8 @@ void keeper::impl::read_subscriber(subscriber& sub) {
     drop_subscriber(sub, e.what());
     return;
   }
+  // Told to the log after the state's lock is let go (a sink may block).
+  std::vector<std::pair<std::string, std::string>> heard;  // semaphore, grant
   for (const reply& m : msgs) {
     if (m.is_error()) {
       // SUBSCRIBE refused (an ACL without the channels): the waiters poll.
@@ -538,6 +554,10 @@ void keeper::impl::read_subscriber(subscriber& sub) {
           w->second->lease_id = ev->lease_id;
           w->second->cap = ev->cap;
           w->second->heard_late = now >= s->session_deadline_ns();
+          if (ev->lease_id)
+            heard.emplace_back(s->where.display, std::to_string(ev->wid) + " of lease " +
+                                                     std::to_string(ev->lease_id) +
+                                                     (w->second->heard_late ? ", late" : ""));
         } else {
           // The acquire that queued it has not registered yet.
           std::erase_if(s->early,
@@ -548,6 +568,8 @@ void keeper::impl::read_subscriber(subscriber& sub) {
     }
     s->cv.notify_all();
   }
+  for (const auto& [where, what] : heard)
+    log().debug("semaphore '{}': heard the grant to wait {}", where, what);
 }
 
 void keeper::impl::serve_subscribers(const std::vector<std::shared_ptr<semaphore_state>>& live,

@@ -81,8 +81,9 @@ struct waiter {
   std::uint64_t lease_id = 0;
   int cap = -1;         // rejected: the capacity that rejected it, if told
   bool lapsed = false;  // gone because its session lapsed: it may start over
-  // Granted by a message heard when the session may have lapsed (the
-  // process was stopped): the seat may be someone else's by now.
+  // Granted, but the session may have lapsed since the grant was heard (the
+  // process was stopped before or after it heard it): the seat may be
+  // someone else's by now.
   bool heard_late = false;
   std::string error;  // why it is gone
 };
@@ -135,7 +136,7 @@ struct semaphore_state {
   struct early_event {
     wait_event ev;
     std::int64_t heard;
-    bool late;  // heard past session_deadline_ns()
+    bool late;  // heard past session_deadline_ns(), or a lapse may have followed
   };
   std::map<std::uint64_t, early_event> early;  // by wid: heard before its waiter registered
   std::vector<std::string> voided;             // acquire requests that got no reply
@@ -177,6 +178,13 @@ struct semaphore_state {
   std::int64_t session_deadline_ns() const {
     return touched_ns + ms_ns(session_ms) - ms_ns(session_ms) / 10;
   }
+  /// The reply to a script that renewed the session, sent at `sent_at`,
+  /// came in now. If it came at or past session_deadline_ns(), the session
+  /// may have lapsed before the script ran, and the grants heard before it
+  /// may have been reaped with it: they count as heard late. `own_wid` is
+  /// the wait this reply queued (its grant cannot be older than the reply's
+  /// script). [mu held]
+  void renewed(std::int64_t sent_at, std::uint64_t own_wid = 0);
 };
 
 void log_observer_error(const char* what) noexcept;

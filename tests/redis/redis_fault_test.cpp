@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
@@ -864,13 +865,49 @@ TEST(RedisFault, StoppedHolderLosesItsSeatAndLearnsItWhenResumed) {
 
 // A child that waits for one seat of `url` (capacity 1) and reports what
 // acquire() did: 'p' with a permit (then whether is_held() agreed: 'y'/'n',
-// and it releases when told), 'e' with an error.
+// and it releases when told), 'e' with an error. A `paused` one says 'w'
+// once it is queued and its acquire() waits there (in on_wait_start) until
+// told to go on; it says 'h' on `heard` when its keeper has heard a grant
+// (from the library's debug log).
 struct remote_waiter {
-  pipe_channel ready, go;
+  // Sends 'h' at the first log line about a grant heard.
+  struct heard_sink : spdlog::sinks::base_sink<std::mutex> {
+    pipe_channel* out = nullptr;
+    bool told = false;
+    void sink_it_(const spdlog::details::log_msg& m) override {
+      const std::string_view line(m.payload.data(), m.payload.size());
+      if (!told && line.find("grant to wait") != line.npos) {
+        told = true;
+        out->send('h');
+      }
+    }
+    void flush_() override {}
+  };
+  struct pausing_observer : Observer {
+    pipe_channel* ready = nullptr;
+    pipe_channel* go = nullptr;
+    void on_wait_start(std::string_view, int) override {
+      ready->send('w');
+      go->receive(std::chrono::minutes(5));
+    }
+  };
+  pipe_channel ready, go, heard;
   child_process proc;
-  remote_waiter(const std::string& url, std::chrono::milliseconds session)
-      : proc([this, url, session] {
-          auto sem = Semaphore::open(url, 1, {.session_timeout = session});
+  remote_waiter(const std::string& url, std::chrono::milliseconds session, bool paused = false)
+      : proc([this, url, session, paused] {
+          Options o{.session_timeout = session};
+          if (paused) {
+            auto sink = std::make_shared<heard_sink>();
+            sink->out = &heard;
+            auto l = std::make_shared<spdlog::logger>("shmsem", sink);
+            l->set_level(spdlog::level::debug);
+            set_logger(l);
+            auto obs = std::make_shared<pausing_observer>();
+            obs->ready = &ready;
+            obs->go = &go;
+            o.observer = obs;
+          }
+          auto sem = Semaphore::open(url, 1, o);
           try {
             auto p = sem.acquire(1, {.wait_timeout = 60s});
             ready.send('p');
@@ -890,30 +927,15 @@ struct remote_waiter {
   }
 };
 
-TEST(RedisFault, WaiterStoppedPastItsSessionNeverComesBackAsAHolder) {
-#if defined(__SANITIZE_ADDRESS__)
-  // Known defect, open: under AddressSanitizer on a busy host the resumed
-  // waiter sometimes returns a permit whose grant was reaped (is_held() is
-  // false at once, and its keeper reports the loss). The normal build runs
-  // this test; docs/redis.md names the defect.
-  GTEST_SKIP() << "known defect under ASan: a reaped grant can reach the resumed waiter";
-#endif
-  redis_server srv;
-  const std::string url = srv.url(test_key());
-  auto s = Semaphore::open(url, 1, {.session_timeout = 500ms});
-  auto held = s.acquire();
-  remote_waiter waiter(url, 500ms);
-  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
-  waiter.proc.kill(SIGSTOP);
-  // This holder's renewals reap the stopped waiter's lapsed session.
-  ASSERT_TRUE(eventually([&] { return s.waiters() == 0; }));
-  waiter.proc.kill(SIGCONT);
-  // It queues again (its place is lost), and gets nothing while we hold.
+// The end of a stopped waiter's story, once it was resumed: it queued
+// again (its grant and place were lost) and gets nothing while `here` holds
+// the only seat; once that is released, it gets the seat for real.
+void expect_the_waiter_started_over(Semaphore& s, remote_waiter& waiter, Permit& here) {
   ASSERT_TRUE(eventually([&] { return s.waiters() == 1; })) << "the waiter did not start over";
   EXPECT_FALSE(waiter.spoke()) << "acquire() returned while the seat was held here";
-  EXPECT_TRUE(held.is_held());
+  EXPECT_TRUE(here.is_held());
   EXPECT_EQ(s.used(), 1);
-  held.release();
+  here.release();
   EXPECT_EQ(waiter.ready.receive(), 'p');
   EXPECT_EQ(waiter.ready.receive(), 'y') << "the waiter's permit is not held in Redis";
   waiter.go.send();
@@ -921,18 +943,39 @@ TEST(RedisFault, WaiterStoppedPastItsSessionNeverComesBackAsAHolder) {
   EXPECT_EQ(s.used(), 0);
 }
 
-TEST(RedisFault, GrantToAWaiterStoppedPastItsSessionIsNotReturnedAfterItWasReaped) {
-#if defined(__SANITIZE_ADDRESS__)
-  // Known defect, open: under AddressSanitizer on a busy host the resumed
-  // waiter sometimes returns a permit whose grant was reaped (is_held() is
-  // false at once, and its keeper reports the loss). The normal build runs
-  // this test; docs/redis.md names the defect.
-  GTEST_SKIP() << "known defect under ASan: a reaped grant can reach the resumed waiter";
-#endif
+TEST(RedisFault, WaiterStoppedPastItsSessionNeverComesBackAsAHolder) {
   redis_server srv;
   const std::string url = srv.url(test_key());
-  auto s = Semaphore::open(url, 1, {.session_timeout = 500ms});
+  // Only the waiter's session may lapse here, even on a busy host.
+  auto s = Semaphore::open(url, 1, {.session_timeout = 30s});
+  auto held = s.acquire();
+  // A fork while this process's keeper thread allocates would copy the
+  // sanitizer allocator's lock held, and the child's keeper would never
+  // start (docs/testing.md, on fork).
+  ASSERT_TRUE(eventually([] { return shmsem::test::other_threads_parked(); }));
+  remote_waiter waiter(url, 500ms);
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
+  waiter.proc.kill(SIGSTOP);
+  // The stopped waiter's session lapses, and a reap ends its wait.
+  ASSERT_TRUE(eventually([&] {
+    s.reap();
+    return s.waiters() == 0;
+  }));
+  waiter.proc.kill(SIGCONT);
+  // It queues again (its place is lost), and gets nothing while we hold.
+  expect_the_waiter_started_over(s, waiter, held);
+}
+
+TEST(RedisFault, GrantToAWaiterStoppedPastItsSessionIsNotReturnedAfterItWasReaped) {
+  redis_server srv;
+  const std::string url = srv.url(test_key());
+  // Only the waiter's session may lapse here, even on a busy host.
+  auto s = Semaphore::open(url, 1, {.session_timeout = 30s});
   std::optional<Permit> held = s.acquire();
+  // A fork while this process's keeper thread allocates would copy the
+  // sanitizer allocator's lock held, and the child's keeper would never
+  // start (docs/testing.md, on fork).
+  ASSERT_TRUE(eventually([] { return shmsem::test::other_threads_parked(); }));
   remote_waiter waiter(url, 500ms);
   ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));
   waiter.proc.kill(SIGSTOP);
@@ -946,15 +989,43 @@ TEST(RedisFault, GrantToAWaiterStoppedPastItsSessionIsNotReturnedAfterItWasReape
   }));
   auto again = s.acquire(1, {.wait_timeout = 5s});
   waiter.proc.kill(SIGCONT);
-  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; })) << "the waiter did not start over";
-  EXPECT_FALSE(waiter.spoke()) << "acquire() returned a reaped grant while the seat was held here";
-  EXPECT_TRUE(again.is_held());
-  EXPECT_EQ(s.used(), 1);
-  again.release();
-  EXPECT_EQ(waiter.ready.receive(), 'p');
-  EXPECT_EQ(waiter.ready.receive(), 'y');
-  waiter.go.send();
-  EXPECT_EQ(waiter.proc.wait(), 0);
+  expect_the_waiter_started_over(s, waiter, again);
+}
+
+// The waiter's keeper hears its grant in time, then the process is stopped
+// before acquire() returns, for longer than its session: the grant is
+// reaped, and must not come back as a permit. Here the keeper renews the
+// session (a new one) before acquire() looks at the grant, so the session's
+// deadline alone would look fine by then.
+TEST(RedisFault, GrantHeardJustBeforeTheWaiterWasStoppedPastItsSessionIsNotReturned) {
+  redis_server srv;
+  const std::string url = srv.url(test_key());
+  const std::vector<std::string> sessions = {"ZCARD", "shmsem{" + test_key() + "}:sessions"};
+  // Only the waiter's session may lapse here.
+  auto s = Semaphore::open(url, 1, {.session_timeout = 30s});
+  std::optional<Permit> held = s.acquire();
+  // A fork while this process's keeper thread allocates would copy the
+  // sanitizer allocator's lock held, and the child's keeper would never
+  // start (docs/testing.md, on fork).
+  ASSERT_TRUE(eventually([] { return shmsem::test::other_threads_parked(); }));
+  remote_waiter waiter(url, 500ms, true);
+  ASSERT_EQ(waiter.ready.receive(), 'w') << "the waiter did not queue";
+  held->release();
+  held.reset();
+  ASSERT_EQ(waiter.heard.receive(), 'h') << "the waiter's keeper did not hear its grant";
+  waiter.proc.kill(SIGSTOP);
+  // Its session lapses; the reap takes its seat back.
+  ASSERT_TRUE(eventually([&] {
+    s.reap();
+    return s.used() == 0;
+  }));
+  auto again = s.acquire(1, {.wait_timeout = 5s});
+  EXPECT_EQ(srv.cli(sessions), "2\n") << "the placeholder and this process's session";
+  waiter.proc.kill(SIGCONT);
+  ASSERT_TRUE(eventually([&] { return srv.cli(sessions) == "3\n"; }))
+      << "the waiter's keeper did not renew";
+  waiter.go.send();  // acquire() goes on, and finds the grant
+  expect_the_waiter_started_over(s, waiter, again);
 }
 
 TEST(RedisFault, AShortSessionThatLapsesIsReapedEvenAfterALongerOneWasSetFirst) {
