@@ -87,6 +87,7 @@ struct config {
   long min_cs_kills = 0;
   int load_procs = 0;       // processes per wave of the background load; 0: none
   int load_pause_ms = 100;  // pause between waves
+  shmsem::Fairness fairness = shmsem::Fairness::fifo;
   std::uint64_t seed = 0;
   std::string key;
 };
@@ -490,12 +491,13 @@ void usage() {
                "         [--max-n N] [--kill-interval-ms MS] [--cs-kill-percent PCT]\n"
                "         [--hang-margin-ms MS] [--min-kills K] [--min-cs-kills K] [--seed S]\n"
                "         [--key KEY] [--bound B [--expect-over-admission]]\n"
-               "         [--load-procs N] [--load-pause-ms MS]\n"
+               "         [--load-procs N] [--load-pause-ms MS] [--fairness fifo|barging]\n"
                "--bound checks the witness against B instead of the capacity. With\n"
                "B < capacity and --expect-over-admission the run is the witness's\n"
                "self-test: it fails unless the witness itself saw an over-admission.\n"
                "--load-procs runs waves of N short-lived processes on another semaphore\n"
-               "beside the run, --load-pause-ms apart (a busy host).\n");
+               "beside the run, --load-pause-ms apart (a busy host). --fairness is the\n"
+               "semaphore's, chosen at its creation here.\n");
 }
 
 bool parse(int argc, char** argv, config& c) {
@@ -515,6 +517,7 @@ bool parse(int argc, char** argv, config& c) {
                                 {"load-procs", required_argument, nullptr, 'L'},
                                 {"load-pause-ms", required_argument, nullptr, 'P'},
                                 {"expect-over-admission", no_argument, nullptr, 'x'},
+                                {"fairness", required_argument, nullptr, 'f'},
                                 {"help", no_argument, nullptr, 'h'},
                                 {nullptr, 0, nullptr, 0}};
   int o;
@@ -568,6 +571,12 @@ bool parse(int argc, char** argv, config& c) {
       case 'x':
         c.expect_over_admission = true;
         break;
+      case 'f':
+        if (std::strcmp(optarg, "barging") == 0)
+          c.fairness = shmsem::Fairness::barging;
+        else if (std::strcmp(optarg, "fifo") != 0)
+          return false;
+        break;
       default:
         return false;
     }
@@ -601,7 +610,8 @@ int main(int argc, char** argv) {
   shmsem::Semaphore::remove(cfg.key);
   int rc = 0;
   {
-    shmsem::Semaphore sem = shmsem::Semaphore::open(cfg.key, cfg.capacity);
+    shmsem::Semaphore sem =
+        shmsem::Semaphore::open(cfg.key, cfg.capacity, {.fairness = cfg.fairness});
     totals t;
     const pid_t load = cfg.load_procs > 0 ? start_load(cfg) : 0;
     int load_status = -1;
