@@ -26,14 +26,23 @@ namespace {
 using benchmark::State;
 
 // Why there are no figures; the report's words for each are in report.cpp.
-enum node_status { measured = 0, no_node = 1, peers_missing = 2, failed = 3, not_built = 4, no_redis = 5 };
+enum node_status {
+  measured = 0,
+  no_node = 1,
+  peers_missing = 2,
+  failed = 3,
+  not_built = 4,
+  no_redis = 5
+};
 
+#ifdef SHMSEM_BENCH_NODE_ADDON
 // The number after "name": in a JSON line, if there is one.
 std::optional<double> json_number(const std::string& line, const std::string& name) {
   const auto at = line.find("\"" + name + "\":");
   if (at == std::string::npos) return std::nullopt;
   return std::strtod(line.c_str() + at + name.size() + 3, nullptr);
 }
+#endif
 
 void BM_NodeRows(State& state) {
 #ifndef SHMSEM_BENCH_NODE_ADDON
@@ -47,10 +56,9 @@ void BM_NodeRows(State& state) {
       state.counters["node_status"] = no_redis;
       continue;
     }
-    std::string cmd = "SHMSEM_NODE_ADDON='" SHMSEM_BENCH_NODE_ADDON
-                            "' node '" SHMSEM_BENCH_NODE_DIR "/node-rows.js' --lib '" SHMSEM_BENCH_NODE_LIB
-                            "' --socket '" +
-                            redis->socket_path() + "'" + (config().smoke ? " --smoke" : "");
+    std::string cmd = "SHMSEM_NODE_ADDON='" SHMSEM_BENCH_NODE_ADDON "' node '" SHMSEM_BENCH_NODE_DIR
+                      "/node-rows.js' --lib '" SHMSEM_BENCH_NODE_LIB "' --socket '" +
+                      redis->socket_path() + "'" + (config().smoke ? " --smoke" : "");
 #ifdef SHMSEM_CLI_BIN
     cmd += " --cli '" SHMSEM_CLI_BIN "'";
 #endif
@@ -63,16 +71,21 @@ void BM_NodeRows(State& state) {
       const int rc = ::pclose(f);
       code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     }
-    if (code == 127) state.counters["node_status"] = no_node;  // the shell found no node
-    else if (code == 2) state.counters["node_status"] = peers_missing;
-    else if (code == 4) state.counters["node_status"] = not_built;
-    else if (code != 0 || !json_number(out, "shmsem_pair_ns")) state.counters["node_status"] = failed;
+    if (code == 127)
+      state.counters["node_status"] = no_node;  // the shell found no node
+    else if (code == 2)
+      state.counters["node_status"] = peers_missing;
+    else if (code == 4)
+      state.counters["node_status"] = not_built;
+    else if (code != 0 || !json_number(out, "shmsem_pair_ns"))
+      state.counters["node_status"] = failed;
     else {
       state.counters["node_status"] = measured;
       for (const char* name :
-           {"shmsem_pair_ns", "shmsem_try_ns", "sema_pair_ns", "shmsem_wake_p50_ns", "shmsem_wake_p99_ns",
-            "redis_wake_p50_ns", "redis_wake_p99_ns", "wake_trials", "reclaim_median_ns", "reclaim_max_ns", "child_exit_median_ns",
-            "cli_reclaim_median_ns", "cli_reclaim_max_ns", "cli_exit_median_ns"})
+           {"shmsem_pair_ns", "shmsem_try_ns", "sema_pair_ns", "shmsem_wake_p50_ns",
+            "shmsem_wake_p99_ns", "redis_wake_p50_ns", "redis_wake_p99_ns", "wake_trials",
+            "reclaim_median_ns", "reclaim_max_ns", "child_exit_median_ns", "cli_reclaim_median_ns",
+            "cli_reclaim_max_ns", "cli_exit_median_ns"})
         if (auto v = json_number(out, name)) state.counters[name] = *v;
     }
   }
@@ -81,6 +94,8 @@ void BM_NodeRows(State& state) {
 
 }  // namespace
 
-void register_node() { register_process("BM_Node/rows", BM_NodeRows); }
+void register_node() {
+  register_process("BM_Node/rows", BM_NodeRows);
+}
 
 }  // namespace shmsem_bench
