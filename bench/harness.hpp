@@ -186,5 +186,6 @@ void register_scaling();        // case 9
 void register_fleet();          // the fleet rows
 void register_redis();          // the Redis backend
 void register_command_line();   // `shmsem run` beside flock(1) and GNU sem, per job
+void register_node();           // the npm package beside async-sema and redis-semaphore
 
 }  // namespace shmsem_bench

@@ -176,6 +176,7 @@ int main(int argc, char** argv) {
   shmsem_bench::register_fleet();
   shmsem_bench::register_redis();
   shmsem_bench::register_command_line();
+  shmsem_bench::register_node();
 
   const std::string load_at_start = shmsem_bench::load_average();
   shmsem_bench::CollectingReporter reporter;

@@ -515,6 +515,13 @@ std::string machine() {
          u.release + ", " + date;
 }
 
+// One row of a section's own target table: "—" and "not measured" without a figure.
+void write_target_row(std::ostream& out, const std::string& what, std::optional<double> v,
+                      const std::string& shown, bool met) {
+  out << "| " << what << " | " << (v ? shown : "—") << " | "
+      << verdict(v ? std::optional<bool>(met) : std::nullopt) << " |\n";
+}
+
 // The Redis backend's table: its own columns (unix socket, TCP) and targets.
 void write_redis(const Table& t, std::ostream& out) {
   auto real = [&](const std::string& name) -> std::optional<double> {
@@ -612,10 +619,7 @@ void write_redis(const Table& t, std::ostream& out) {
          "above the count of round trips, which is the commands the client sent per pair.\n\n"
       << "| target | measured | verdict |\n|---|---|---|\n";
   auto target = [&](const std::string& what, std::optional<double> v, const std::string& shown,
-                    bool met) {
-    out << "| " << what << " | " << (v ? shown : "—") << " | "
-        << verdict(v ? std::optional<bool>(met) : std::nullopt) << " |\n";
-  };
+                    bool met) { write_target_row(out, what, v, shown, met); };
   for (const char* how : {"unix", "tcp"}) {
     auto counted = t.get(std::string("BM_RedisAcquireRelease/") + how, "commands_per_pair");
     auto v = rt(how);
@@ -647,6 +651,76 @@ void write_redis(const Table& t, std::ostream& out) {
                    " ms"
              : "",
          med && reclaim("max_ns").value_or(1e18) / 1e6 <= ses.value_or(0) + 1000);
+}
+
+// The Node rows (node.cpp): the npm package beside its Node peers, and targets.
+void write_node(const Table& t, std::ostream& out) {
+  const std::string name = "BM_Node/rows";
+  if (!t.any_named(name)) return;
+  auto get = [&](const char* metric) { return t.get(name, metric); };
+  out << "\n### Node (the npm package `shmsem`), one run\n\n";
+  switch (static_cast<int>(get("node_status").value_or(3))) {
+    case 0:
+      break;
+    case 1:
+      out << "Not measured: no node on PATH.\n";
+      return;
+    case 2:
+      out << "Not measured: bench/node's peers are not installed (run scripts/deps.sh bench).\n";
+      return;
+    case 4:
+      out << "Not measured: the addon is not built (SHMSEM_BUILD_NODE is OFF in this build: it "
+             "needs "
+             "/usr/include/node and bindings/node/node_modules).\n";
+      return;
+    case 5:
+      out << "Not measured: no redis-server for the redis-semaphore peer (run scripts/deps.sh "
+             "bench).\n";
+      return;
+    default:
+      out << "Not measured: bench/node/node-rows.js failed (see stderr).\n";
+      return;
+  }
+  auto us = [](std::optional<double> v) { return v ? num(*v / 1e3) + " µs" : std::string("—"); };
+  out << "| case | shmsem | peer |\n|---|---:|---:|\n"
+      << "| awaited uncontended acquire+release (peer: async-sema `Sema`, in-process) | "
+      << us(get("shmsem_pair_ns")) << " | " << us(get("sema_pair_ns")) << " |\n"
+      << "| tryAcquire+release | " << us(get("shmsem_try_ns")) << " | |\n"
+      << "| cross-process wake latency, p50 (peer: redis-semaphore 5.8 on a local redis-server) | "
+      << us(get("shmsem_wake_p50_ns")) << " | " << us(get("redis_wake_p50_ns")) << " |\n"
+      << "| cross-process wake latency, p99 | " << us(get("shmsem_wake_p99_ns")) << " | "
+      << us(get("redis_wake_p99_ns")) << " |\n"
+      << "| reclaim after SIGKILL of the holder (a node process), median (max) | "
+      << us(get("reclaim_median_ns")) << " (" << us(get("reclaim_max_ns")) << ") | |\n"
+      << "| the same SIGKILL to the child's `exit` event in the parent, median | "
+      << us(get("child_exit_median_ns")) << " | |\n";
+  if (get("cli_reclaim_median_ns"))
+    out << "| the same, the holder a C++ process (`shmsem run`): reclaim, median (max); its `exit` "
+           "event | "
+        << us(get("cli_reclaim_median_ns")) << " (" << us(get("cli_reclaim_max_ns")) << "); "
+        << us(get("cli_exit_median_ns")) << " | |\n";
+  out << "\nWall-clock times in one node process, the pairs in turns with the peer's (medians "
+         "of the turns); wake latency over "
+      << num(get("wake_trials").value_or(0))
+      << " trials, from the release in one process to the return of the other's awaited "
+         "acquire.\n\n"
+      << "| target | measured | verdict |\n|---|---|---|\n";
+  auto target = [&](const std::string& what, std::optional<double> v, const std::string& shown,
+                    bool met) { write_target_row(out, what, v, shown, met); };
+  auto ratio = [&](const char* a, const char* b) -> std::optional<double> {
+    auto x = get(a), y = get(b);
+    if (!x || !y || *y <= 0) return std::nullopt;
+    return *x / *y;
+  };
+  auto pair = ratio("shmsem_pair_ns", "sema_pair_ns");
+  target("awaited acquire+release ≤ 3× async-sema's", pair, pair ? num(*pair) + " ×" : "",
+         pair && *pair <= 3);
+  auto wake = ratio("shmsem_wake_p50_ns", "redis_wake_p50_ns");
+  target("wake latency p50 ≤ 1/10 of redis-semaphore's", wake, wake ? num(*wake) + " ×" : "",
+         wake && *wake <= 0.1);
+  auto reclaim = get("reclaim_median_ns");
+  target("reclaim after SIGKILL ≤ 2 ms (median)", reclaim,
+         reclaim ? num(*reclaim / 1e6) + " ms" : "", reclaim && *reclaim <= 2e6);
 }
 
 // The command-line wrappers, one job of `true` each (cli.cpp).
@@ -905,6 +979,7 @@ std::string render_report(const Results& results, bool smoke, const std::string&
   for (const Target& tg : check_targets(t, results))
     out << "| " << tg.what << " | " << tg.measured << " | " << tg.verdict << " |\n";
   write_redis(t, out);
+  write_node(t, out);
   return out.str();
 }
 
