@@ -33,7 +33,9 @@ suite=(
   prometheus
   python3-pytest python3-mypy gunicorn
 )
-packaging=(debhelper dpkg-dev fakeroot lintian dh-python)
+# build-essential: dpkg-buildpackage requires it (an implicit Build-Depends),
+# and a minimal Debian has g++ without it.
+packaging=(build-essential debhelper dpkg-dev fakeroot lintian dh-python)
 # Static checks and fuzzers.
 checks=(clang-14 libfuzzer-14-dev libclang-rt-14-dev clang-format clang-tidy cppcheck)
 
