@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -33,6 +34,15 @@ Options with(Fairness f) {
   o.fairness = f;
   return o;
 }
+
+// Sets the starvation bound (a testing hook, inherited across fork) for a
+// scope, and puts the library's own back at its end.
+struct starvation_bound_for_test {
+  explicit starvation_bound_for_test(std::int64_t ns) {
+    detail::testing::starvation_bound_ns.store(ns);
+  }
+  ~starvation_bound_for_test() { detail::testing::starvation_bound_ns.store(0); }
+};
 
 // Shared between forked processes: anonymous, MAP_SHARED.
 template <class T>
@@ -90,10 +100,7 @@ TEST_P(PassingTheQueue, ARunningRequestPassesAStoppedWaiterOnlyUnderBarging) {
   SHMSEM_SHM_ONLY();
   // The waiter must not starve before it is stopped (1 ms is less than a
   // busy host's scheduling delay): an hour's bound, inherited across fork.
-  detail::testing::starvation_bound_ns.store(3'600'000'000'000);
-  struct restore {
-    ~restore() { detail::testing::starvation_bound_ns.store(0); }
-  } restore_bound;
+  starvation_bound_for_test bound(3'600'000'000'000);
   test::unique_key key;
   auto sem = Semaphore::open(key, 1, with(GetParam()));
   test::pipe_channel go, got;
@@ -196,10 +203,7 @@ TEST(Fairness, RunningRequestsPassTheNextHeadAgainOnceAStarvedHeadIsServed) {
   SHMSEM_SHM_ONLY();
   // Long enough that the steps after the starved head's grant fit in it on
   // a loaded host; the test waits this long once, for the first head.
-  detail::testing::starvation_bound_ns.store(1'000'000'000);
-  struct restore {
-    ~restore() { detail::testing::starvation_bound_ns.store(0); }
-  } restore_bound;
+  starvation_bound_for_test bound(1'000'000'000);
   test::unique_key key;
   auto sem = Semaphore::open(key, 2, with(Fairness::barging));
   std::optional<Permit> first = sem.acquire(), second = sem.acquire();
