@@ -19,7 +19,7 @@ import sys
 import time
 
 SYS_FUTEX, SYS_NANOSLEEP, SYS_CLOCK_NANOSLEEP = "202", "35", "230"
-# offsetof(segment_header, mutex) in layout version 4 (src/layout.hpp): the
+# offsetof(segment_header, mutex) in layout version 4 (src/shm/layout.hpp): the
 # identity fields and the key fill the first 0x130 bytes, and the mutex is
 # aligned to a cache line.
 LOCK_OFFSET = 0x140

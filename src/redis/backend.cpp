@@ -11,9 +11,9 @@
 #include <map>
 #include <stop_token>
 
-#include "handle.hpp"
-#include "log.hpp"
-#include "reasons.hpp"
+#include "base/handle.hpp"
+#include "base/log.hpp"
+#include "base/reasons.hpp"
 #include "redis/scripts.hpp"
 #include "redis/session.hpp"
 #include "redis/url.hpp"

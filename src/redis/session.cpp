@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "log.hpp"
+#include "base/log.hpp"
 #include "redis/scripts.hpp"
 #include "sys/clock.hpp"
 #include "sys/proc.hpp"

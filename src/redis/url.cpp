@@ -2,7 +2,7 @@
 
 #include "redis/url.hpp"
 
-#include "key.hpp"
+#include "base/key_syntax.hpp"
 
 #include <charconv>
 #include <stdexcept>
@@ -75,21 +75,6 @@ std::string endpoint::where() const {
   if (unix_socket) return path;
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
   return host + ":" + std::to_string(port);
-}
-
-std::optional<std::string> url_scheme(std::string_view key) {
-  // RFC 3986: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ), then "://".
-  const auto end = key.find("://");
-  if (end == std::string_view::npos || end == 0) return std::nullopt;
-  std::string scheme;
-  for (std::size_t i = 0; i < end; ++i) {
-    const char c = key[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-    const bool other = (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
-    if (!alpha && (i == 0 || !other)) return std::nullopt;
-    scheme += alpha ? static_cast<char>(c | 0x20) : c;
-  }
-  return scheme;
 }
 
 bool is_redis_url(std::string_view key) noexcept {

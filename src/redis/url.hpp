@@ -35,10 +35,6 @@ struct url {
   std::string display;  // the URL as given, without its password
 };
 
-/// The scheme of a key that starts like a URL ("scheme://", RFC 3986
-/// letters), lower-cased; nullopt for any other key.
-std::optional<std::string> url_scheme(std::string_view key);
-
 /// True if `key` starts like a URL of any scheme (letters in any case):
 /// then it is never a shared-memory key. parse() serves redis:// and
 /// redis+unix://, and refuses the others with a message that says so.

@@ -53,7 +53,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "segment.hpp"
+#include "shm/segment.hpp"
 
 namespace {
 

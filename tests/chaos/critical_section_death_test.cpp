@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "fault_util.hpp"
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

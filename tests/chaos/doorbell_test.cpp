@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "fault_util.hpp"
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "sys/futex.hpp"
 #include "test_support.hpp"
 

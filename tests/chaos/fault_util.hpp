@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "layout.hpp"
+#include "shm/layout.hpp"
 
 namespace shmsem::test {
 

@@ -15,7 +15,7 @@
 #include <chrono>
 
 #include "fault_util.hpp"
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "key.hpp"
+#include "shm/key.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

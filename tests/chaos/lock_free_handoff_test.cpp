@@ -16,7 +16,7 @@
 #include <string>
 
 #include "fault_util.hpp"
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

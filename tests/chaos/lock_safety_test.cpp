@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "fault_util.hpp"
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

@@ -23,7 +23,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "layout.hpp"
+#include "shm/layout.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "fault_util.hpp"
-#include "layout.hpp"
+#include "shm/layout.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "key.hpp"
+#include "shm/key.hpp"
 
 using namespace shmsem::detail;
 

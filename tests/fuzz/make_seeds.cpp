@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "layout.hpp"
+#include "shm/layout.hpp"
 
 namespace layout = shmsem::detail::layout;
 using namespace std::chrono_literals;

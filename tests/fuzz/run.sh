@@ -50,11 +50,11 @@ compile() {  # obj src... : compiles the sources as one translation unit, JOBS a
   pids+=($!)
   if [ ${#pids[@]} -ge "$JOBS" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
 }
-compile "$OUT/obj/key.o" "$ROOT/src/key.cpp"
-compile "$OUT/obj/layout.o" "$ROOT/src/layout.cpp"
+compile "$OUT/obj/key.o" "$ROOT/src/shm/key.cpp" "$ROOT/src/base/key_syntax.cpp"
+compile "$OUT/obj/layout.o" "$ROOT/src/shm/layout.cpp"
 lib_objs=("$OUT/obj/key.o" "$OUT/obj/layout.o")
-mapfile -t rest < <(ls "$ROOT"/src/*.cpp "$ROOT"/src/sys/*.cpp "$ROOT"/src/redis/*.cpp |
-  grep -v -e '/src/key\.cpp$' -e '/src/layout\.cpp$')
+mapfile -t rest < <(ls "$ROOT"/src/*/*.cpp "$ROOT"/bindings/c/*.cpp |
+  grep -v -e '/src/shm/key\.cpp$' -e '/src/shm/layout\.cpp$' -e '/src/base/key_syntax\.cpp$')
 for ((i = 0; i < ${#rest[@]}; i += 10)); do
   obj="$OUT/obj/batch$((i / 10)).o"
   lib_objs+=("$obj")

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "layout.hpp"
+#include "shm/layout.hpp"
 
 namespace layout = shmsem::detail::layout;
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "seat_holder.hpp"
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

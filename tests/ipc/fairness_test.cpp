@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

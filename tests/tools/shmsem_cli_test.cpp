@@ -3,7 +3,7 @@
 // the bound under many concurrent shells, lost seats), the inspection
 // commands and every admin command, gc racing an attach included.
 #include "seat_holder.hpp"
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 #include "tool_runner.hpp"
 

@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "segment.hpp"
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 
 namespace {

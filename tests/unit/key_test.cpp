@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "key.hpp"
+#include "shm/key.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {

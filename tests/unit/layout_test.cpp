@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "layout.hpp"
+#include "shm/layout.hpp"
 
 namespace shmsem::detail::layout {
 namespace {

@@ -1,0 +1,33 @@
+// token.cpp: Semaphore::inheritable_liveness_fd, which lets a process tree
+// share its starter's liveness token, so that the starter's seats are held
+// for as long as any process of the tree lives (what `shmsem run` needs to
+// hold a seat for a whole pipeline, as flock(1) does).
+#include <shmsem/semaphore.hpp>
+
+#include <cerrno>
+#include <stdexcept>
+#include <system_error>
+
+#include "base/handle.hpp"
+#include "shm/segment.hpp"
+
+namespace shmsem {
+
+int Semaphore::inheritable_liveness_fd() const {
+  if (h_->remote)
+    throw std::logic_error("shmsem: inheritable_liveness_fd() of '" + std::string(key()) +
+                           "': a Redis semaphore's holder is this process's session, which a "
+                           "descriptor cannot carry to other processes");
+  const detail::attachment& a = *h_->att;
+  if (a.self.load(std::memory_order_relaxed) == detail::kNoSelf)
+    throw std::logic_error("shmsem: inheritable_liveness_fd() of '" + a.key +
+                           "': this process has not acquired through this key, so it holds no "
+                           "liveness token yet");
+  const int fd = a.file->dup_description();
+  if (fd < 0)
+    throw std::system_error(errno, std::system_category(),
+                            "shmsem: cannot duplicate the descriptor of " + a.path);
+  return fd;
+}
+
+}  // namespace shmsem

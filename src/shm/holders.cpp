@@ -1,0 +1,249 @@
+// holders.cpp: which processes hold seats, whether they still live, and
+// reaping: taking back what dead holders and expired leases hold.
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "shm/lifeline.hpp"
+#include "shm/queue.hpp"
+#include "shm/segment.hpp"
+#include "shm/segment_shared.hpp"
+#include "sys/clock.hpp"
+#include "sys/proc.hpp"
+#include "sys/robust_mutex.hpp"
+
+namespace shmsem::detail {
+
+using namespace layout;
+
+std::uint32_t attachment::ensure_self(wake_list& wakes) {
+  std::uint32_t s = self.load(std::memory_order_relaxed);
+  if (s != kNoSelf) return s;
+  const std::uint32_t chosen = take_free_holder(wakes);
+  if (chosen == kNoSelf)
+    fail(errc::too_many, "all " + std::to_string(kMaxHolders) +
+                             " holder records are in use by live processes (at most that many "
+                             "processes can use one semaphore at once)");
+  const sys::process_identity me = sys::self_identity();
+  holder_record& r = holders[chosen];
+  r.generation++;
+  r.pid.store(me.pid);
+  r.uid = me.uid;
+  r.pid_ns.store(me.pid_ns);
+  r.start_time = me.start_time;
+  std::memcpy(r.comm, me.comm, sizeof r.comm);
+  r.waiting.store(0);
+  r.threads.store(0);
+  r.leases.store(0);
+  // The previous owner is gone (its token was free): its lifeline thread,
+  // if it had one, is dead, so nothing links through this mutex any more.
+  r.lifeline_state.store(kLifelineNone, std::memory_order_relaxed);
+  sys::robust_mutex_init(&r.lifeline);
+  r.state.store(kHolderAttached, std::memory_order_release);
+  lifeline_asked = lifeline::arm(&r.lifeline, &r.lifeline_state);
+  self.store(chosen, std::memory_order_relaxed);
+  // The head of the queue sleeps on the lifelines of the processes it knew:
+  // it must watch ours too.
+  if (const std::uint32_t head = hdr->queue_head.load(std::memory_order_relaxed); head != kNil)
+    nudge(head - 1, wakes);
+  return chosen;
+}
+
+std::uint32_t attachment::take_free_holder(wake_list& wakes) {
+  const std::int64_t now = lease_clock();
+  // A record is ours once we hold its token byte. One whose token another
+  // description still holds (a process that freed the record and has not
+  // yet closed its descriptor) is skipped, and put back whatever happens.
+  std::vector<std::uint32_t> busy;
+  struct put_back {
+    attachment& a;
+    std::vector<std::uint32_t>& records;
+    ~put_back() {
+      for (std::uint32_t h : records) a.free_holder_record(h);
+    }
+  } restore{*this, busy};
+  auto claim_from_free_list = [&]() -> std::uint32_t {
+    while (hdr->free_holder != kNil) {
+      const std::uint32_t h = hdr->free_holder - 1;
+      hdr->free_holder = holders[h].next_free;
+      if (file->try_lock(kTokenBase + h, true)) return h;
+      busy.push_back(h);
+    }
+    return kNoSelf;
+  };
+  std::uint32_t chosen = claim_from_free_list();
+  if (chosen != kNoSelf) return chosen;
+  // Records of processes that died owing nothing are still attached:
+  // their lifelines say so without a system call; the token confirms.
+  const std::uint32_t me = self.load(std::memory_order_relaxed);
+  std::uint32_t n = std::min(hdr->holder_slots.load(), kMaxHolders);
+  for (std::uint32_t h = 0; h < n; ++h)
+    if (h != me && holders[h].state.load() == kHolderAttached &&
+        read_lifeline(h) == lifeline_reading::dead && holder_gone(h))
+      reap_holder(h, now, wakes);
+  if ((chosen = claim_from_free_list()) != kNoSelf) return chosen;
+  if (n < kMaxHolders) {
+    grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
+    link_free_holders(hdr, holders, n, hdr->holder_slots.load());
+    return claim_from_free_list();
+  }
+  // The table is full: only now probe the tokens of the holders without a
+  // lifeline, a system call each.
+  for (std::uint32_t h = 0; h < n; ++h)
+    if (h != me && holders[h].state.load() == kHolderAttached && holder_gone(h))
+      reap_holder(h, now, wakes);
+  return claim_from_free_list();
+}
+
+void attachment::free_holder_record(std::uint32_t h) {
+  holders[h].state.store(kHolderFree, std::memory_order_release);
+  holders[h].next_free = hdr->free_holder;
+  hdr->free_holder = h + 1;
+}
+
+bool attachment::holder_alive(std::uint32_t h) const {
+  if (h == self.load(std::memory_order_relaxed)) return true;
+  if (h >= std::min(hdr->holder_slots.load(std::memory_order_relaxed), kMaxHolders)) return false;
+  if (holders[h].state.load(std::memory_order_acquire) != kHolderAttached) return false;
+  return !holder_gone(h);
+}
+
+attachment::lifeline_reading attachment::read_lifeline(std::uint32_t h) const {
+  const holder_record& r = holders[h];
+  if (r.lifeline_state.load(std::memory_order_acquire) != kLifelineArmed)
+    return lifeline_reading::unarmed;
+  return sys::robust_mutex_owner_alive(&r.lifeline) ? lifeline_reading::alive
+                                                    : lifeline_reading::dead;
+}
+
+bool attachment::holder_gone(std::uint32_t h) const {
+  if (h == self.load(std::memory_order_relaxed)) return false;
+  if (read_lifeline(h) == lifeline_reading::alive) return false;
+  // Read dead, or no lifeline: the token decides. It may still be held a
+  // moment after the lifeline was marked (the kernel releases a dying
+  // process's robust mutexes before its files), or for good, by a child
+  // that inherited the descriptor on purpose (shmsem run). A dead lifeline
+  // alone would be faster and is not enough: it says that one thread died,
+  // and a SIGKILL takes a process's threads one at a time, so another may
+  // still be inside a lock-free acquire or release; the token goes only
+  // with the last thread (docs/performance.md, case 8).
+  return !file->locked_by_other(kTokenBase + h);
+}
+
+void attachment::await_lifeline(std::int64_t deadline_ns) const {
+  const std::uint32_t me = self.load(std::memory_order_relaxed);
+  if (me == kNoSelf || !lifeline_asked) return;
+  lifeline::await_armed(&holders[me].lifeline_state,
+                        std::min(deadline_ns, sys::precise_now_ns() + kArmWaitNs));
+}
+
+bool attachment::await_exit(std::uint32_t h, std::int64_t deadline_ns) const {
+  const holder_record& r = holders[h];
+  // Its pid means another process (or none) in another PID namespace.
+  if (r.pid_ns.load(std::memory_order_relaxed) != sys::self_pid_ns()) return false;
+  return sys::wait_for_exit(r.pid.load(std::memory_order_relaxed), deadline_ns) !=
+         sys::exit_wait::unavailable;
+}
+
+bool attachment::reapable(std::uint32_t h) const {
+  const holder_record& r = holders[h];
+  if (r.state.load(std::memory_order_acquire) != kHolderAttached) return false;
+  if (h == self.load(std::memory_order_relaxed)) return false;
+  const bool owes = r.leases.load(std::memory_order_relaxed) != 0 ||
+                    r.waiting.load(std::memory_order_relaxed) != 0;
+  const lifeline_reading reading = read_lifeline(h);
+  if (reading == lifeline_reading::alive) return false;
+  // A holder that owes nothing and never had a lifeline costs a probe
+  // only when a record is needed (take_free_holder).
+  if (!owes && reading == lifeline_reading::unarmed) return false;
+  return holder_gone(h);
+}
+
+void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes) {
+  const std::uint32_t nw = hdr->waiter_slots.load();
+  for (std::uint32_t w = 0; w < nw; ++w)
+    if (waiters[w].state.load() != kWaiterFree && waiters[w].holder.load() == h)
+      free_waiter(w, wakes);
+  for (bool recounted = false;;) {
+    const std::uint32_t hwm = hdr->lease_hwm.load();
+    bool in_flight = false;
+    for (std::uint32_t i = 0; i < hwm; ++i) {
+      if (leases[i].holder.load() != h) continue;
+      const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+      switch (state_kind(st)) {
+        case kSlotHeld:
+          end_lease(i, st, kLostReaped, now, wakes);
+          break;
+        case kSlotReserved:
+        case kSlotReleased:  // the gate has the seats back; only the slot was left
+          free_slot(i, state_gen(st));
+          break;
+        case kSlotAcquiring:
+        case kSlotReleasing:
+          in_flight = true;
+          break;
+        default:
+          break;
+      }
+    }
+    if (!in_flight) break;
+    // Killed halfway through a lock-free acquire or release: only a count
+    // of every held slot can tell the gate's truth. Until one succeeds, keep
+    // the record (and its token byte) so that the next reap tries again.
+    // A recount that gave up lately (a live thread is stopped in flight)
+    // is not tried again before its backoff: each try waits kQuiesceNs
+    // under the lock, and there may be many such dead holders.
+    if (recounted || resettle_backing_off(now) || resettle(now) < 0) return;
+    recounted = true;
+  }
+  free_thread_records_of(h);
+  holders[h].waiting.store(0);
+  // The kernel woke one sleeper on the dead lifeline; the others watched a
+  // process that is gone now.
+  sys::robust_mutex_wake_watchers(&holders[h].lifeline);
+  free_holder_record(h);
+}
+
+int attachment::reap(std::int64_t now, wake_list& wakes, bool force_scan) {
+  const std::int32_t before = used();
+  const std::uint32_t hwm = hdr->lease_hwm.load(std::memory_order_relaxed);
+  if (hdr->resettle_due_ns.load(std::memory_order_relaxed) != 0 && !resettle_backing_off(now))
+    resettle(now);
+  if (force_scan || hdr->earliest_expiry_ns.load(std::memory_order_relaxed) <= now) {
+    // Frozen while the bound is rebuilt: a lock-free acquire that took its
+    // seats before the freeze shows its expiry in its slot (acquiring or
+    // held), and one after it waits for this lock. Leases granted during
+    // the scan (end_lease hands seats to waiters) lower the bound
+    // themselves; the scan lowers it for the rest.
+    gate_freeze frozen(*this);
+    hdr->earliest_expiry_ns.store(INT64_MAX, std::memory_order_relaxed);
+    std::int64_t earliest = INT64_MAX;
+    try {
+      for (std::uint32_t i = 0; i < hwm; ++i) {
+        const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+        const slot_kind k = state_kind(st);
+        if (k != kSlotHeld && k != kSlotAcquiring) continue;
+        const std::int64_t exp = leases[i].expires_ns.load(std::memory_order_relaxed);
+        if (exp == kNoExpiry) continue;
+        if (k == kSlotHeld && exp <= now)
+          end_lease(i, st, kLostExpired, now, wakes);
+        else
+          earliest = std::min(earliest, exp);
+      }
+    } catch (...) {
+      // A scan cut short knows no bound: make the next reap scan again.
+      lower_earliest_expiry(now);
+      throw;
+    }
+    lower_earliest_expiry(earliest);
+  }
+  const std::uint32_t n = std::min(hdr->holder_slots.load(), kMaxHolders);
+  for (std::uint32_t h = 0; h < n; ++h)
+    if (reapable(h)) reap_holder(h, now, wakes);
+  const std::int32_t freed = before - used();
+  return freed > 0 ? freed : 0;
+}
+
+}  // namespace shmsem::detail
