@@ -18,6 +18,18 @@ cmake --build build -j"$JOBS"
 step "test suite (normal build)"
 ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 600
 
+step "build without the Redis backend (SHMSEM_WITH_REDIS=OFF)"
+# A library for shared memory alone: it must build, link no hiredis
+# (unit.no_hiredis_linked), refuse Redis URLs clearly (no_redis_test) and
+# pass the shared-memory suite. The bindings' suites ran above.
+cmake -S . -B build-noredis -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHMSEM_WITH_REDIS=OFF \
+  -DSHMSEM_BUILD_TESTS=ON -DSHMSEM_BUILD_BENCH=OFF -DSHMSEM_BUILD_PYTHON=OFF -DSHMSEM_BUILD_NODE=OFF \
+  -DSHMSEM_BUILD_EXAMPLES=OFF -DSHMSEM_INSTALL=OFF >/dev/null
+cmake --build build-noredis -j"$JOBS"
+
+step "test suite (without Redis)"
+ctest --test-dir build-noredis -j"$JOBS" --output-on-failure --timeout 600 -LE 'package|bench'
+
 step "build (AddressSanitizer + UndefinedBehaviorSanitizer)"
 # The sanitizer builds skip the Python package and its tests
 # (SHMSEM_BUILD_PYTHON defaults to OFF with SHMSEM_SANITIZE): an instrumented

@@ -33,7 +33,6 @@
 #include <vector>
 
 #include "base/forking.hpp"
-#include "redis/backend.hpp"
 
 // Every handle starts with a word that says what it is while it lives.
 // Freeing a handle (shmsem_release, shmsem_close, shmsem_cancel_token_free)
@@ -536,10 +535,10 @@ int shmsem_acquire_async(shmsem_sem* s, const shmsem_acquire_options* o,
     return rc;
   if (!done) return null_argument(function, "done");
   // Shared memory answers without I/O: a free seat is taken on the
-  // caller's thread at once. A Redis round trip would block the caller
-  // (an event loop) for up to connect_timeout: it goes to the thread.
-  const bool remote = shmsem::detail::redis::is_redis_key(s->sem->key());
-  if (ao.wait_timeout == milliseconds(0) || !remote) {
+  // caller's thread at once. A round trip to a server would block the
+  // caller (an event loop) for up to connect_timeout: it goes to the thread.
+  const bool without_io = s->sem->capabilities().reads_without_io;
+  if (ao.wait_timeout == milliseconds(0) || without_io) {
     const int rc = guarded([&] {
       std::optional<shmsem::Permit> p;
       if (ao.wait_timeout == milliseconds(0))

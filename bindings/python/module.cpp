@@ -262,9 +262,10 @@ bool in_main_thread() {
 // ---------------------------------------------------------------------------
 // The Python classes.
 
-// A Redis key: its figures and is_held() are round trips, made without the GIL.
-bool is_redis_key(std::string_view key) {
-  return key.starts_with("redis://") || key.starts_with("redis+unix://");
+// A key whose backend does I/O (a server): its figures and is_held() are
+// round trips, made without the GIL.
+bool does_io(std::string_view key) {
+  return !shmsem::Semaphore::capabilities_of(key).reads_without_io;
 }
 
 // A grant made through a Semaphore object. The object keeps it until it is
@@ -322,7 +323,7 @@ struct permit_object {
       : held(std::move(l)),
         keeper(std::move(k)),
         permit(held->permit),
-        remote(is_redis_key(permit.key())) {}
+        remote(does_io(permit.key())) {}
   permit_object(const permit_object&) = delete;
   permit_object& operator=(const permit_object&) = delete;
 
@@ -420,7 +421,9 @@ struct semaphore_object {
   std::shared_ptr<kept_leases> kept = std::make_shared<kept_leases>();
 
   semaphore_object(shmsem::Semaphore s, py::object args)
-      : sem(std::move(s)), remote(is_redis_key(sem.key())), reopen_args(std::move(args)) {}
+      : sem(std::move(s)),
+        remote(!sem.capabilities().reads_without_io),
+        reopen_args(std::move(args)) {}
 
   // [GIL] A Permit for `p`, whose seats this object keeps until released.
   permit_object* keep(shmsem::Permit p) {

@@ -25,10 +25,8 @@ namespace detail {
 struct attachment;
 struct renewal;
 struct permit_access;
-namespace redis {
-struct lease;
-struct access;
-}  // namespace redis
+class remote_lease;
+struct remote_access;
 }  // namespace detail
 
 class SHMSEM_API Permit {
@@ -129,7 +127,7 @@ class SHMSEM_API Permit {
   friend class Semaphore;
   friend struct detail::attachment;
   friend struct detail::permit_access;
-  friend struct detail::redis::access;
+  friend struct detail::remote_access;
   Permit(detail::attachment* a, std::uint32_t slot, int weight, std::uint64_t id, std::uint64_t gen,
          bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept {
     hold(a, slot, weight, id, gen, fast, ttl_ms, granted_ns);
@@ -149,18 +147,18 @@ class SHMSEM_API Permit {
     acquired_at_ = clock::time_point(std::chrono::nanoseconds(granted_ns));
   }
   void release_quietly() noexcept;
-  /// The Redis lease this permit holds, or null. It rides in att_ with its
-  /// lowest bit set (both types are aligned), so that the shared-memory
-  /// hot path keeps testing one pointer; members that follow att_ ask this
-  /// first.
-  detail::redis::lease* remote() const noexcept {
+  /// The lease this permit holds on a backend other than shared memory
+  /// (Redis), or null. It rides in att_ with its lowest bit set (both types
+  /// are aligned), so that the shared-memory hot path keeps testing one
+  /// pointer; members that follow att_ ask this first.
+  detail::remote_lease* remote() const noexcept {
     const auto bits = reinterpret_cast<std::uintptr_t>(att_);
-    return (bits & 1) ? reinterpret_cast<detail::redis::lease*>(bits - 1) : nullptr;
+    return (bits & 1) ? reinterpret_cast<detail::remote_lease*>(bits - 1) : nullptr;
   }
   /// release() for every case the lock-free release cannot take.
   void release_slowly();
 
-  detail::attachment* att_ = nullptr;  // or a tagged Redis lease: see remote()
+  detail::attachment* att_ = nullptr;  // or a tagged remote lease: see remote()
   std::uint32_t slot_ = 0;
   int weight_ = 0;
   std::uint64_t id_ = 0;

@@ -55,6 +55,27 @@ struct inspection;
 SHMSEM_API void release_after_work(Permit& p) noexcept;
 }  // namespace detail
 
+/// What a semaphore's backend can do, so that a caller need not tell
+/// backends apart by their keys (Semaphore::capabilities()).
+struct Capabilities {
+  /// The figures (capacity(), used(), ...), try_acquire() when it must not
+  /// wait, and Permit::is_held() answer from memory, without I/O: safe on
+  /// an event loop or with a language's global lock held. False for a
+  /// backend that asks a server.
+  bool reads_without_io = false;
+  /// Fairness::barging can be chosen.
+  bool barging = false;
+  /// Permits carry fencing tokens (Permit::fencing_token()).
+  bool fencing = false;
+  /// A holder is a process whose death the kernel tells at once, and
+  /// inheritable_liveness_fd() can share it with a process tree. False
+  /// where a holder is a session that lapses after its timeout.
+  bool process_liveness = false;
+  /// The semaphore is a file under /dev/shm: segment_path(), owner(),
+  /// users() and inspect() read it.
+  bool segment_file = false;
+};
+
 class SHMSEM_API Semaphore {
  public:
   /// Opens the semaphore `key`, creating it with capacity `permits` if it
@@ -207,6 +228,15 @@ class SHMSEM_API Semaphore {
   /// creator stored in the segment (Options::fairness), whatever this
   /// process asked for. A Redis key is always Fairness::fifo.
   Fairness fairness() const noexcept;
+  /// What this semaphore's backend can do. `fencing` is this semaphore's:
+  /// a shared-memory segment has tokens only if created with
+  /// Options::fencing.
+  Capabilities capabilities() const noexcept;
+  /// What the backend that serves `key` can do, before opening it
+  /// (`fencing` is true if any of its semaphores may have tokens). Throws
+  /// std::invalid_argument, naming the scheme, for a URL that this build
+  /// has no backend for.
+  static Capabilities capabilities_of(std::string_view key);
 
   /// The current leases, read without a lock. Their state tells dead and
   /// expired holders (not yet reaped) from live ones.

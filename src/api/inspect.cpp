@@ -20,8 +20,8 @@
 #include <new>
 #include <set>
 
+#include "base/backend.hpp"
 #include "base/handle.hpp"
-#include "redis/backend.hpp"
 #include "shm/key.hpp"
 #include "shm/segment.hpp"
 #include "shm/trust.hpp"
@@ -292,9 +292,9 @@ std::vector<SegmentUser> users_of(std::vector<sys::open_file> files, const std::
 }  // namespace detail
 
 Snapshot Semaphore::inspect(std::string_view key, const Options& options) {
-  // Redis has no file to copy: a short-lived handle reads it, and Redis's
-  // own access control decides who may.
-  if (detail::redis::is_redis_key(key)) return attach(key, options).snapshot();
+  // A backend with no file to copy: a short-lived handle reads it, and the
+  // server's own access control decides who may.
+  if (detail::backend_of(key)) return attach(key, options).snapshot();
   detail::validate_key(key);
   detail::validate_trusted_owners(options.trusted_owners);
   const std::string name = detail::key_to_name(key);
@@ -318,7 +318,7 @@ SegmentOwner Semaphore::owner(std::string_view key, const Options& options) {
 }
 
 std::vector<SegmentUser> Semaphore::users(std::string_view key) {
-  if (detail::redis::is_redis_key(key)) return {};
+  if (detail::backend_of(key)) return {};
   const std::string path = segment_path(key);
   auto files = sys::open_files_under(path);
   std::erase_if(files, [&](const sys::open_file& f) { return f.path != path; });

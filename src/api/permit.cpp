@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/backend.hpp"
 #include "base/log.hpp"
-#include "redis/backend.hpp"
 #include "shm/fastpath.hpp"
 #include "shm/renewer.hpp"
 #include "shm/segment.hpp"
@@ -41,7 +41,7 @@ Permit& Permit::operator=(Permit&& o) noexcept {
 }
 
 std::string_view Permit::key() const noexcept {
-  if (auto* l = remote()) return detail::redis::key(*l);
+  if (auto* l = remote()) return l->key();
   return att_ ? std::string_view(att_->key) : std::string_view();
 }
 
@@ -51,7 +51,7 @@ std::optional<std::chrono::milliseconds> Permit::ttl() const noexcept {
 }
 
 std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
-  if (auto* l = remote()) return detail::redis::expires_at(*l);
+  if (auto* l = remote()) return l->expires_at();
   std::int64_t exp = expires_ns_;
   if (att_) {
     // A renewal may have moved the expiry: read the slot, but keep what was
@@ -70,17 +70,17 @@ std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
 }
 
 bool Permit::is_held() const noexcept {
-  if (auto* l = remote()) return detail::redis::is_held(*l);
+  if (auto* l = remote()) return l->is_held();
   return att_ && att_->holds(slot_, gen_, id_, detail::lease_clock(), nullptr);
 }
 
 bool Permit::auto_renewing() const noexcept {
-  if (auto* l = remote()) return detail::redis::auto_renewing(*l);
+  if (auto* l = remote()) return l->auto_renewing();
   return renewal_ && renewal_->active.load();
 }
 
 void Permit::stop_auto_renew() noexcept {
-  if (auto* l = remote()) detail::redis::stop_auto_renew(*l);
+  if (auto* l = remote()) l->stop_auto_renew();
   if (renewal_) renewal_->stop();
 }
 
@@ -90,7 +90,7 @@ void Permit::extend(std::chrono::milliseconds ttl) {
                                 "' needs a TTL from 1 ms to " +
                                 std::to_string(kMaxDuration.count()) + " ms (about 11 days), got " +
                                 std::to_string(ttl.count()) + " ms");
-  if (remote()) return detail::redis::extend(*this, ttl);
+  if (auto* l = remote()) return l->extend(*this, ttl);
   if (!att_)
     throw ExtensionError("shmsem: extend() on a permit that holds nothing (released or moved)");
   std::string why;
@@ -170,7 +170,7 @@ void Permit::release() {
 
 void Permit::release_slowly() {
   // A Redis lease is never fast_: it always comes here.
-  if (remote()) return detail::redis::release(*this);
+  if (auto* l = remote()) return l->release(*this);
   if (renewal_) renewal_->stop();
   attachment* a = att_;
   att_ = nullptr;

@@ -10,11 +10,12 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "base/backend.hpp"
 #include "base/forking.hpp"
 #include "base/handle.hpp"
+#include "base/key_syntax.hpp"
 #include "base/log.hpp"
 #include "base/reasons.hpp"
-#include "redis/backend.hpp"
 #include "shm/fastpath.hpp"
 #include "shm/key.hpp"
 #include "shm/leases.hpp"
@@ -179,21 +180,20 @@ static void check_options(const Options& options) {
 }
 
 Semaphore Semaphore::open(std::string_view key, int permits, const Options& options) {
-  const bool remote = detail::redis::is_redis_key(key);
-  if (!remote) detail::validate_key(key);
+  const detail::backend_kind* const kind = detail::backend_of(key);
+  if (!kind) detail::validate_key(key);
   if (permits < 1 || permits > kMaxCapacity)
     throw std::invalid_argument("shmsem: open('" + std::string(key) +
                                 "') needs permits from 1 to " + std::to_string(kMaxCapacity) +
                                 ", got " + std::to_string(permits));
   check_options(options);
-  if (remote && options.fairness == Fairness::barging)
-    throw std::invalid_argument("shmsem: open('" + std::string(key) +
-                                "'): Redis keys are always FIFO (Fairness::barging is for "
-                                "shared memory)");
+  if (kind && !kind->capabilities.barging && options.fairness == Fairness::barging)
+    throw std::invalid_argument("shmsem: open('" + detail::shown_url(key) + "'): " + kind->name +
+                                " keys are always FIFO (Fairness::barging is for shared memory)");
   auto h = std::make_unique<handle>();
   h->opts = options;
-  if (remote)
-    h->remote = detail::redis::open(key, permits, options);
+  if (kind)
+    h->remote = kind->open(key, permits, options);
   else
     h->att = attachment::acquire_handle(key, permits, options.mode, options.open_timeout,
                                         options.trusted_owners, options.fencing, options.fairness);
@@ -203,13 +203,13 @@ Semaphore Semaphore::open(std::string_view key, int permits, const Options& opti
 }
 
 Semaphore Semaphore::attach(std::string_view key, const Options& options) {
-  const bool remote = detail::redis::is_redis_key(key);
-  if (!remote) detail::validate_key(key);
+  const detail::backend_kind* const kind = detail::backend_of(key);
+  if (!kind) detail::validate_key(key);
   check_options(options);
   auto h = std::make_unique<handle>();
   h->opts = options;
-  if (remote)
-    h->remote = detail::redis::open(key, 0, options);
+  if (kind)
+    h->remote = kind->open(key, 0, options);
   else
     h->att = attachment::acquire_handle(key, 0, options.mode, options.open_timeout,
                                         options.trusted_owners);
@@ -219,7 +219,7 @@ Semaphore Semaphore::attach(std::string_view key, const Options& options) {
 }
 
 bool Semaphore::remove(std::string_view key) {
-  if (detail::redis::is_redis_key(key)) return detail::redis::remove(key, false);
+  if (const auto* kind = detail::backend_of(key)) return kind->remove(key, false);
   detail::validate_key(key);
   const std::string name = detail::key_to_name(key);
   const int err = sys::shm_remove(name);
@@ -229,15 +229,16 @@ bool Semaphore::remove(std::string_view key) {
 }
 
 bool Semaphore::remove_if_unused(std::string_view key) {
-  if (detail::redis::is_redis_key(key)) return detail::redis::remove(key, true);
+  if (const auto* kind = detail::backend_of(key)) return kind->remove(key, true);
   return attachment::remove_if_unused(key);
 }
 
 std::vector<std::string> Semaphore::list(std::string_view server) {
-  if (!detail::redis::is_redis_key(server))
+  const auto* kind = detail::backend_of(server);
+  if (!kind)
     throw std::invalid_argument("shmsem: list(): '" + std::string(server) +
-                                "' is not a redis:// or redis+unix:// URL");
-  return detail::redis::list(server);
+                                "' is not the URL of a server (redis:// or redis+unix://)");
+  return kind->list(server);
 }
 
 std::vector<std::string> Semaphore::list() {
@@ -267,13 +268,15 @@ std::vector<std::string> Semaphore::list() {
 }
 
 std::string Semaphore::segment_path(std::string_view key) {
-  if (detail::redis::is_redis_key(key)) detail::redis::no_segment_file(key);
+  if (const auto* kind = detail::backend_of(key))
+    throw std::invalid_argument("shmsem: '" + detail::shown_url(key) + "' is a " + kind->name +
+                                " key: it has no segment file");
   detail::validate_key(key);
   return sys::shm_path(detail::key_to_name(key));
 }
 
 std::string_view Semaphore::key() const noexcept {
-  if (h_->remote) return h_->remote->key;
+  if (h_->remote) return h_->remote->key();
   return h_->att->key;
 }
 
@@ -376,7 +379,7 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
   const acquisition q = resolve(h, n, opts);
   if (opts.wait_timeout) detail::check_duration(*opts.wait_timeout, "wait_timeout", true);
   if (h.remote) [[unlikely]]
-    return detail::redis::acquire(h, q.n, q.ttl_ms, q.renew, opts);
+    return h.remote->acquire(h, q.n, q.ttl_ms, q.renew, opts);
   attachment& a = *h.att;
   detail::thread_entry* entry = detail::local_entry(a);
   detail::fast_grant fg;
@@ -391,7 +394,7 @@ namespace {
 [[gnu::noinline]] Permit acquire_locked(handle& h, const AcquireOptions& opts, const acquisition& q,
                                         detail::thread_entry* entry) {
   // A weight above any capacity comes here first, Redis handles included.
-  if (h.remote) return detail::redis::acquire(h, q.n, q.ttl_ms, q.renew, opts);
+  if (h.remote) return h.remote->acquire(h, q.n, q.ttl_ms, q.renew, opts);
   attachment& a = *h.att;
   const int n = q.n;
   const bool shut = shut_down(h);
@@ -500,7 +503,7 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
   handle& h = *h_;
   const acquisition q = resolve(h, n, opts);
   if (h.remote) [[unlikely]]
-    return detail::redis::try_acquire(h, q.n, q.ttl_ms, q.renew);
+    return h.remote->try_acquire(h, q.n, q.ttl_ms, q.renew);
   attachment& a = *h.att;
   detail::thread_entry* entry = detail::local_entry(a);
   detail::fast_grant fg;
@@ -512,7 +515,7 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
 namespace {
 [[gnu::noinline]] std::optional<Permit> try_acquire_locked(handle& h, const acquisition& q,
                                                            detail::thread_entry* entry) {
-  if (h.remote) return detail::redis::try_acquire(h, q.n, q.ttl_ms, q.renew);
+  if (h.remote) return h.remote->try_acquire(h, q.n, q.ttl_ms, q.renew);
   attachment& a = *h.att;
   const int n = q.n;
   auto failed = [&](Outcome outcome) -> std::optional<Permit> {
@@ -594,23 +597,23 @@ Permit permit_access::make(handle& h, std::uint32_t slot, std::uint64_t gen, std
 // Introspection
 
 int Semaphore::capacity() const noexcept {
-  if (h_->remote) return detail::redis::read_figures(*h_).capacity;
+  if (h_->remote) return h_->remote->read_figures(*h_).capacity;
   return h_->att->capacity();
 }
 int Semaphore::used() const noexcept {
-  if (h_->remote) return detail::redis::read_figures(*h_).used;
+  if (h_->remote) return h_->remote->read_figures(*h_).used;
   return h_->att->used();
 }
 int Semaphore::available() const noexcept {
   if (h_->remote) {
-    const auto f = detail::redis::read_figures(*h_);
+    const auto f = h_->remote->read_figures(*h_);
     return std::max(0, f.capacity - f.used);
   }
   const std::uint64_t g = h_->att->gate();
   return std::max(0, detail::layout::gate_capacity(g) - detail::layout::gate_used(g));
 }
 int Semaphore::waiters() const noexcept {
-  if (h_->remote) return detail::redis::read_figures(*h_).waiters;
+  if (h_->remote) return h_->remote->read_figures(*h_).waiters;
   return h_->att->hdr->waiters.load(std::memory_order_relaxed);
 }
 bool Semaphore::empty() const noexcept {
@@ -619,12 +622,30 @@ bool Semaphore::empty() const noexcept {
 Fairness Semaphore::fairness() const noexcept {
   return h_->remote ? Fairness::fifo : h_->att->fairness();
 }
+namespace {
+constexpr Capabilities shared_memory_capabilities(bool fencing) {
+  return {.reads_without_io = true,
+          .barging = true,
+          .fencing = fencing,
+          .process_liveness = true,
+          .segment_file = true};
+}
+}  // namespace
+Capabilities Semaphore::capabilities() const noexcept {
+  if (h_->remote) return h_->remote->capabilities();
+  return shared_memory_capabilities(h_->att->hdr->fencing != 0);
+}
+Capabilities Semaphore::capabilities_of(std::string_view key) {
+  if (const auto* kind = detail::backend_of(key)) return kind->capabilities;
+  detail::validate_key(key);
+  return shared_memory_capabilities(true);
+}
 bool Semaphore::full() const noexcept {
   return used() >= capacity();
 }
 double Semaphore::utilization() const noexcept {
   if (h_->remote) {
-    const auto f = detail::redis::read_figures(*h_);
+    const auto f = h_->remote->read_figures(*h_);
     return static_cast<double>(f.used) / std::max(1, f.capacity);
   }
   const std::uint64_t g = h_->att->gate();
@@ -632,22 +653,22 @@ double Semaphore::utilization() const noexcept {
          std::max(1, detail::layout::gate_capacity(g));
 }
 double Semaphore::utilization_smoothed() const noexcept {
-  if (h_->remote) return detail::redis::read_figures(*h_).smoothed;
+  if (h_->remote) return h_->remote->read_figures(*h_).smoothed;
   return h_->att->ewma_sample(detail::lease_clock());
 }
 
 Stats Semaphore::stats() const {
-  if (h_->remote) return detail::redis::stats(*h_);
+  if (h_->remote) return h_->remote->stats(*h_);
   return detail::read_stats(*h_->att);
 }
 
 std::vector<Holder> Semaphore::holders() const {
-  if (h_->remote) return detail::redis::holders(*h_);
+  if (h_->remote) return h_->remote->holders(*h_);
   return detail::list_holders(*h_->att);
 }
 
 Snapshot Semaphore::snapshot() const {
-  if (h_->remote) return detail::redis::snapshot(*h_);
+  if (h_->remote) return h_->remote->snapshot(*h_);
   Snapshot s;
   s.key = std::string(key());
   s.capacity = capacity();
@@ -688,7 +709,7 @@ void require_lock(const attachment& a, const segment_lock& lk, const char* call,
 }  // namespace
 
 int Semaphore::reap(std::optional<std::chrono::milliseconds> lock_timeout) {
-  if (h_->remote) return detail::redis::reap(*h_);
+  if (h_->remote) return h_->remote->reap(*h_);
   attachment& a = *h_->att;
   int freed;
   {
@@ -705,7 +726,7 @@ void Semaphore::set_capacity(int permits, std::optional<std::chrono::millisecond
   if (permits < 1 || permits > kMaxCapacity)
     throw std::invalid_argument("shmsem: set_capacity() needs 1.." + std::to_string(kMaxCapacity) +
                                 ", got " + std::to_string(permits));
-  if (h_->remote) return detail::redis::set_capacity(*h_, permits);
+  if (h_->remote) return h_->remote->set_capacity(*h_, permits);
   attachment& a = *h_->att;
   segment_lock lk(a, lock_deadline(lock_timeout));
   require_lock(a, lk, "set_capacity()", lock_timeout);
@@ -718,7 +739,7 @@ void Semaphore::set_capacity(int permits, std::optional<std::chrono::millisecond
 }
 
 int Semaphore::force_release_all(std::optional<std::chrono::milliseconds> lock_timeout) {
-  if (h_->remote) return detail::redis::force_release_all(*h_);
+  if (h_->remote) return h_->remote->force_release_all(*h_);
   attachment& a = *h_->att;
   segment_lock lk(a, lock_deadline(lock_timeout));
   require_lock(a, lk, "force_release_all()", lock_timeout);
@@ -730,7 +751,7 @@ int Semaphore::force_release_all(std::optional<std::chrono::milliseconds> lock_t
 }
 
 bool Semaphore::wait_idle(std::chrono::milliseconds timeout) {
-  if (h_->remote) return detail::redis::wait_idle(*h_, timeout);
+  if (h_->remote) return h_->remote->wait_idle(*h_, timeout);
   attachment& a = *h_->att;
   auto* hdr = a.hdr;
   const std::int64_t deadline =
@@ -761,7 +782,7 @@ void Semaphore::shutdown() {
   h_->shut.store(true);
   detail::stop_renewals_of(h_->id);
   if (h_->remote)
-    detail::redis::shutdown(*h_);
+    h_->remote->shutdown(*h_);
   else
     h_->nudge_waiters();
 }
@@ -773,7 +794,7 @@ void shutdown_all() {
   for (auto* h : detail::all_handles) {
     h->shut.store(true);
     if (h->remote)
-      detail::redis::shutdown(*h);
+      h->remote->shutdown(*h);
     else
       h->nudge_waiters();
   }

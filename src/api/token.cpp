@@ -14,9 +14,9 @@
 namespace shmsem {
 
 int Semaphore::inheritable_liveness_fd() const {
-  if (h_->remote)
+  if (!capabilities().process_liveness)
     throw std::logic_error("shmsem: inheritable_liveness_fd() of '" + std::string(key()) +
-                           "': a Redis semaphore's holder is this process's session, which a "
+                           "': its holder is this process's session with the server, which a "
                            "descriptor cannot carry to other processes");
   const detail::attachment& a = *h_->att;
   if (a.self.load(std::memory_order_relaxed) == detail::kNoSelf)

@@ -1,5 +1,6 @@
 // handle.hpp: what a Semaphore object owns, process-local: the seam where
-// the public layer meets a backend (a mapped segment or a Redis remote).
+// the public layer meets a backend (a mapped segment, or another backend
+// behind base/backend.hpp).
 #pragma once
 
 #include <shmsem/observer.hpp>
@@ -15,15 +16,12 @@
 namespace shmsem::detail {
 
 struct attachment;
-
-namespace redis {
-struct remote;
-}
+class backend;
 
 struct handle {
   attachment* att = nullptr;
-  // Set instead of `att` for a Redis key (see redis/backend.hpp).
-  std::shared_ptr<redis::remote> remote;
+  // Set instead of `att` for a key of another backend (base/backend.hpp).
+  std::shared_ptr<backend> remote;
   Options opts;
   std::uint64_t id = 0;
   std::atomic<bool> shut{false};

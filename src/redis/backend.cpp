@@ -12,6 +12,7 @@
 #include <stop_token>
 
 #include "base/handle.hpp"
+#include "base/key_syntax.hpp"
 #include "base/log.hpp"
 #include "base/reasons.hpp"
 #include "redis/scripts.hpp"
@@ -24,36 +25,6 @@ extern std::atomic<bool> process_shut_down;
 }
 
 namespace shmsem::detail::redis {
-
-/// Builds Permits of Redis leases (Permit's fields are private).
-struct access {
-  static Permit make(lease* l, int n, std::int64_t ttl_ms, std::int64_t granted_ns) {
-    Permit p;
-    // A tagged pointer: the low bit tells Permit that att_ is a Redis lease.
-    p.att_ = reinterpret_cast<detail::attachment*>(  // NOLINT(performance-no-int-to-ptr)
-        reinterpret_cast<std::uintptr_t>(l) | 1);
-    p.id_ = l->id;
-    p.fence_ = l->id;
-    p.weight_ = n;
-    p.ttl_ms_ = ttl_ms;
-    p.expires_ns_ = ttl_ms > 0 ? granted_ns + ttl_ms * 1'000'000 : 0;
-    p.acquired_at_ = Permit::clock::time_point(std::chrono::nanoseconds(granted_ns));
-    return p;
-  }
-  static lease* take(Permit& p) noexcept {
-    lease* l = p.remote();
-    p.att_ = nullptr;
-    return l;
-  }
-  static lease* get(Permit& p) noexcept { return p.remote(); }
-  static void set_ttl(Permit& p, std::int64_t ttl_ms, std::int64_t expires_ns) {
-    p.ttl_ms_ = ttl_ms;
-    p.expires_ns_ = expires_ns;
-  }
-  static std::chrono::nanoseconds held_for(const Permit& p) {
-    return Permit::clock::now() - p.acquired_at_;
-  }
-};
 
 namespace {
 
@@ -78,7 +49,7 @@ bool shut_down(const handle& h) {
 
 // The handle's state, a fresh one for this process after a fork().
 state_ptr state_of(const handle& h) {
-  remote& r = *h.remote;
+  auto& r = static_cast<remote&>(*h.remote);
   state_ptr s = r.state.load();
   if (s->fork_gen == fork_generation()) [[likely]]
     return s;
@@ -158,7 +129,7 @@ Permit make_permit(const handle& h, const state_ptr& s, std::uint64_t id, const 
   // the keeper, a thread switch that would cost about as much as the
   // acquire's own round trip.
   if (poke) keeper::get().watch(s);
-  return access::make(l, n, ttl_ms, granted_ns);
+  return remote_access::make(l, l->id, n, ttl_ms, granted_ns);
 }
 
 // Runs the acquire script. If no reply comes, the request is voided (the
@@ -214,15 +185,6 @@ AcquireEvent event(semaphore_state& s, int n, std::uint64_t id, Outcome o, bool 
 }
 
 }  // namespace
-
-bool is_redis_key(std::string_view key) noexcept {
-  return is_redis_url(key);
-}
-
-void no_segment_file(std::string_view key) {
-  throw std::invalid_argument("shmsem: '" + parse(key).display +
-                              "' is a Redis key: it has no segment file");
-}
 
 std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o) {
   const url u = parse(key);
@@ -282,7 +244,7 @@ std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o
   saw_epoch(*s, r.at(1).str());
   auto rm = std::make_shared<remote>();
   rm->state.store(s);
-  rm->key = u.display;
+  rm->shown = u.display;
   rm->permits = permits;
   return rm;
 }
@@ -749,7 +711,7 @@ Snapshot snapshot(const handle& h) {
   info_reply i = read_info(*state_of(h), true);
   const figures f = figures_of(i);
   Snapshot s;
-  s.key = h.remote->key;
+  s.key = h.remote->key();
   s.capacity = f.capacity;
   s.used = f.used;
   s.waiters = f.waiters;
@@ -874,7 +836,7 @@ bool wait_idle(handle& h, std::chrono::milliseconds timeout) {
 }
 
 void shutdown(handle& h) {
-  state_ptr s = h.remote->state.load();
+  state_ptr s = static_cast<remote&>(*h.remote).state.load();
   if (s->fork_gen != fork_generation()) return;
   std::lock_guard g(s->mu);
   for (lease* l : s->leases)
@@ -895,7 +857,7 @@ std::string not_held_message(const lease& l, const std::string& why) {
 }  // namespace
 
 void release(Permit& p) {
-  lease* l = access::take(p);
+  auto* l = static_cast<lease*>(remote_access::take(p));
   if (l->fork_gen != fork_generation()) {
     // The parent's: its session, its seats. Leave them alone.
     const std::string msg = not_held_message(*l,
@@ -956,7 +918,8 @@ void release(Permit& p) {
       s.last_cap = cap;
     }
     notify(l->observer, [&](Observer& o) {
-      o.on_release(ReleaseEvent{s.where.display, cap, l->weight, used, l->id, access::held_for(p)});
+      o.on_release(
+          ReleaseEvent{s.where.display, cap, l->weight, used, l->id, remote_access::held_for(p)});
     });
     return;
   }
@@ -970,7 +933,7 @@ void release(Permit& p) {
 }
 
 void extend(Permit& p, std::chrono::milliseconds ttl) {
-  lease& l = *access::get(p);
+  lease& l = *static_cast<lease*>(remote_access::get(p));
   const std::string prefix = "shmsem: cannot extend permit " + std::to_string(l.id) + " of '" +
                              l.sem->where.display + "': ";
   if (l.fork_gen != fork_generation())
@@ -1006,7 +969,7 @@ void extend(Permit& p, std::chrono::milliseconds ttl) {
       l.expires_ns.store(exp);
       poke = l.auto_renew;
     }
-    access::set_ttl(p, ttl.count(), exp);
+    remote_access::set_ttl(p, ttl.count(), exp);
     if (poke) keeper::get().poke();  // a shorter TTL renews sooner
     return;
   }
@@ -1075,6 +1038,97 @@ void stop_auto_renew(lease& l) noexcept {
 
 std::string_view key(const lease& l) noexcept {
   return l.sem->where.display;
+}
+
+// ---- the interface of base/backend.hpp --------------------------------------------------
+
+namespace {
+
+constexpr Capabilities kCapabilities{
+    .reads_without_io = false,
+    .barging = false,
+    .fencing = true,
+    .process_liveness = false,
+    .segment_file = false,
+};
+
+bool claims(std::string_view key) noexcept {
+  try {
+    const std::optional<std::string> scheme = url_scheme(key);
+    // rediss:// too, so that open() refuses it with advice on TLS.
+    return scheme && (*scheme == "redis" || *scheme == "redis+unix" || *scheme == "rediss");
+  } catch (...) {
+    return true;  // out of memory: parse() will say so
+  }
+}
+
+std::shared_ptr<backend> open_backend(std::string_view key, int permits, const Options& options) {
+  return open(key, permits, options);
+}
+
+}  // namespace
+
+const backend_kind kind{
+    "Redis", "redis://, redis+unix://", kCapabilities, &claims, &open_backend, &remove, &list};
+
+Capabilities remote::capabilities() const noexcept {
+  return kCapabilities;
+}
+Permit remote::acquire(handle& h, int n, std::int64_t ttl_ms, bool renew,
+                       const AcquireOptions& opts) {
+  return redis::acquire(h, n, ttl_ms, renew, opts);
+}
+std::optional<Permit> remote::try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) {
+  return redis::try_acquire(h, n, ttl_ms, renew);
+}
+figures remote::read_figures(const handle& h) noexcept {
+  return redis::read_figures(h);
+}
+Stats remote::stats(const handle& h) {
+  return redis::stats(h);
+}
+std::vector<Holder> remote::holders(const handle& h) {
+  return redis::holders(h);
+}
+Snapshot remote::snapshot(const handle& h) {
+  return redis::snapshot(h);
+}
+int remote::reap(handle& h) {
+  return redis::reap(h);
+}
+void remote::set_capacity(handle& h, int n) {
+  redis::set_capacity(h, n);
+}
+int remote::force_release_all(handle& h) {
+  return redis::force_release_all(h);
+}
+bool remote::wait_idle(handle& h, std::chrono::milliseconds timeout) {
+  return redis::wait_idle(h, timeout);
+}
+void remote::shutdown(handle& h) {
+  redis::shutdown(h);
+}
+
+std::string_view lease::key() const noexcept {
+  return redis::key(*this);
+}
+bool lease::is_held() const noexcept {
+  return redis::is_held(*this);
+}
+std::optional<Permit::clock::time_point> lease::expires_at() const noexcept {
+  return redis::expires_at(*this);
+}
+bool lease::auto_renewing() const noexcept {
+  return redis::auto_renewing(*this);
+}
+void lease::stop_auto_renew() noexcept {
+  redis::stop_auto_renew(*this);
+}
+void lease::extend(Permit& p, std::chrono::milliseconds ttl) {
+  redis::extend(p, ttl);
+}
+void lease::release(Permit& p) {
+  redis::release(p);
 }
 
 }  // namespace shmsem::detail::redis

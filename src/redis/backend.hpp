@@ -1,9 +1,10 @@
 // redis/backend.hpp: the Redis backend as Semaphore and Permit see it.
 //
 // A Semaphore whose key is a redis:// or redis+unix:// URL has a `remote`
-// in its handle instead of a mapped segment, and each member starts with a
-// test of that pointer that sends it here. A Permit of such a semaphore
-// has a `remote_` lease instead of an attachment. Nothing here is on the
+// (below) in its handle instead of a mapped segment, and a Permit of it a
+// tagged `lease` (redis/session.hpp) instead of an attachment: both the
+// implementations of base/backend.hpp's interface. `kind` registers the
+// keys it serves (src/api/backends.cpp). Nothing here is on the
 // shared-memory fast path.
 #pragma once
 
@@ -19,9 +20,7 @@
 #include <string_view>
 #include <vector>
 
-namespace shmsem::detail {
-struct handle;
-}
+#include "base/backend.hpp"
 
 namespace shmsem::detail::redis {
 
@@ -29,17 +28,30 @@ struct semaphore_state;
 struct lease;
 
 /// The Redis half of one Semaphore handle.
-struct remote {
+struct remote final : backend {
   std::atomic<std::shared_ptr<semaphore_state>> state;  // replaced in a forked child
-  std::string key;                                      // the URL without its password
+  std::string shown;                                    // the URL without its password
   int permits = 0;                                      // open()'s; 0 for attach()
+
+  std::string_view key() const noexcept override { return shown; }
+  Capabilities capabilities() const noexcept override;
+  Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew,
+                 const AcquireOptions& opts) override;
+  std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) override;
+  figures read_figures(const handle& h) noexcept override;
+  Stats stats(const handle& h) override;
+  std::vector<Holder> holders(const handle& h) override;
+  Snapshot snapshot(const handle& h) override;
+  int reap(handle& h) override;
+  void set_capacity(handle& h, int permits) override;
+  int force_release_all(handle& h) override;
+  bool wait_idle(handle& h, std::chrono::milliseconds timeout) override;
+  void shutdown(handle& h) override;
 };
 
-/// True for a key that names a Redis semaphore.
-bool is_redis_key(std::string_view key) noexcept;
-/// Semaphore::segment_path of a URL: std::invalid_argument naming it (and
-/// what is wrong with it, if it is no URL shmsem can serve).
-[[noreturn]] void no_segment_file(std::string_view key);
+/// The keys Redis serves: redis://, redis+unix:// (and rediss://, refused
+/// with advice on TLS).
+extern const backend_kind kind;
 
 /// Semaphore::open (permits >= 1) and attach (permits == 0) of a URL.
 std::shared_ptr<remote> open(std::string_view key, int permits, const Options& options);
@@ -50,17 +62,12 @@ bool remove(std::string_view key, bool only_unused);
 /// Semaphore::list(server): the URLs of the semaphores on that server.
 std::vector<std::string> list(std::string_view server);
 
+// What remote's members do.
 Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts);
 std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew);
 
 /// The counters, read from the server (or, if it cannot be reached, the
 /// last values read, with a debug log).
-struct figures {
-  int capacity = 0;
-  int used = 0;
-  int waiters = 0;
-  double smoothed = 0;
-};
 figures read_figures(const handle& h) noexcept;
 Stats stats(const handle& h);
 std::vector<Holder> holders(const handle& h);
@@ -73,7 +80,8 @@ bool wait_idle(handle& h, std::chrono::milliseconds timeout);
 /// The handle's blocked acquires end and its permits stop auto-renewing.
 void shutdown(handle& h);
 
-// The Permit side. `l` is the permit's remote_.
+// What lease's members (redis/session.hpp) do: the Permit side. `p`
+// holds a lease of this backend; `l` is the lease a Permit holds.
 void release(Permit& p);
 void extend(Permit& p, std::chrono::milliseconds ttl);
 bool is_held(const lease& l) noexcept;

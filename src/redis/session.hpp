@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -31,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/backend.hpp"
 #include "redis/client.hpp"
 #include "redis/url.hpp"
 
@@ -48,7 +50,15 @@ constexpr std::int64_t ms_ns(std::int64_t ms) {
 constexpr std::int64_t kPollWithoutChannelsNs = 100'000'000;
 
 /// The Redis side of one Permit.
-struct lease {
+struct lease final : remote_lease {
+  std::string_view key() const noexcept override;
+  bool is_held() const noexcept override;
+  std::optional<Permit::clock::time_point> expires_at() const noexcept override;
+  bool auto_renewing() const noexcept override;
+  void stop_auto_renew() noexcept override;
+  void extend(Permit& p, std::chrono::milliseconds ttl) override;
+  void release(Permit& p) override;
+
   std::shared_ptr<semaphore_state> sem;
   std::uint64_t id = 0;  // also the fencing token
   std::string epoch;

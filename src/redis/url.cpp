@@ -77,14 +77,6 @@ std::string endpoint::where() const {
   return host + ":" + std::to_string(port);
 }
 
-bool is_redis_url(std::string_view key) noexcept {
-  try {
-    return url_scheme(key).has_value();
-  } catch (...) {
-    return true;  // out of memory: parse() will say so
-  }
-}
-
 url parse(std::string_view text, bool need_key) {
   url u;
   const std::optional<std::string> given = url_scheme(text);

@@ -35,11 +35,6 @@ struct url {
   std::string display;  // the URL as given, without its password
 };
 
-/// True if `key` starts like a URL of any scheme (letters in any case):
-/// then it is never a shared-memory key. parse() serves redis:// and
-/// redis+unix://, and refuses the others with a message that says so.
-bool is_redis_url(std::string_view key) noexcept;
-
 /// Parses a Redis URL. Throws std::invalid_argument naming the URL (without
 /// its password) and the problem. `need_key`: a URL without KEY is an error.
 url parse(std::string_view text, bool need_key = true);

@@ -1,7 +1,9 @@
 #include "test_support.hpp"
 
+#ifdef SHMSEM_WITH_REDIS
 #include "redis/connection.hpp"
 #include "redis/url.hpp"
+#endif
 #include "redis_server.hpp"
 #include "sys/clock.hpp"
 
@@ -22,6 +24,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace shmsem::test {
@@ -328,6 +332,11 @@ bool on_redis() {
 }
 
 void occupy_in_redis(std::string_view url, bool occupy) {
+#ifndef SHMSEM_WITH_REDIS
+  (void)occupy;
+  throw std::logic_error("occupy_in_redis(" + std::string(url) +
+                         "): this build has no Redis backend");
+#else
   const auto u = detail::redis::parse(url);
   auto c = detail::redis::connection::open(u.ep, sys::precise_now_ns() + 10'000'000'000);
   const std::string key = detail::redis::meta_key(u.key);
@@ -335,6 +344,7 @@ void occupy_in_redis(std::string_view url, bool occupy) {
     c->run({"SET", key, "not a semaphore"}, sys::precise_now_ns() + 10'000'000'000);
   else
     c->run({"DEL", key}, sys::precise_now_ns() + 10'000'000'000);
+#endif
 }
 
 std::string backend_url(std::string_view key) {

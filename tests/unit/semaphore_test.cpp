@@ -21,6 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::asleep_in_futex;
 using test::eventually;
+using test::on_redis;
 using test::unique_key;
 
 AcquisitionError acquire_error(Semaphore& s, int n, const AcquireOptions& o = {}) {
@@ -54,6 +55,61 @@ TEST(Semaphore, AttachFindsOnlyExistingSemaphores) {
   }
   auto s = Semaphore::open(k, 2);
   EXPECT_EQ(Semaphore::attach(k).capacity(), 2);
+}
+
+// What a caller asks instead of parsing keys: the same answer from the key
+// before opening and from the handle, and each one true to what the
+// backend then does.
+TEST(Semaphore, CapabilitiesSayWhatTheBackendCanDoBeforeAndAfterOpen) {
+  unique_key k;
+  const Capabilities before = Semaphore::capabilities_of(k.str());
+  auto s = Semaphore::open(k, 2);
+  const Capabilities c = s.capabilities();
+  EXPECT_EQ(c.reads_without_io, before.reads_without_io);
+  EXPECT_EQ(c.barging, before.barging);
+  EXPECT_EQ(c.process_liveness, before.process_liveness);
+  EXPECT_EQ(c.segment_file, before.segment_file);
+  if (on_redis()) {
+    EXPECT_FALSE(c.reads_without_io);
+    EXPECT_FALSE(c.barging);
+    EXPECT_FALSE(c.process_liveness);
+    EXPECT_FALSE(c.segment_file);
+    EXPECT_TRUE(c.fencing);
+    EXPECT_NE(s.acquire().fencing_token(), 0u);
+    EXPECT_THROW(Semaphore::segment_path(k.str()), std::invalid_argument);
+    EXPECT_THROW(s.inheritable_liveness_fd(), std::logic_error);
+  } else {
+    EXPECT_TRUE(c.reads_without_io);
+    EXPECT_TRUE(c.barging);
+    EXPECT_TRUE(c.process_liveness);
+    EXPECT_TRUE(c.segment_file);
+    // Tokens only where the creator asked for them; the key alone says
+    // only that they may be there.
+    EXPECT_FALSE(c.fencing);
+    EXPECT_TRUE(before.fencing);
+    EXPECT_EQ(s.acquire().fencing_token(), 0u);
+    unique_key f;
+    EXPECT_TRUE(Semaphore::open(f, 1, {.fencing = true}).capabilities().fencing);
+    EXPECT_EQ(Semaphore::segment_path(k.str()).rfind("/dev/shm/", 0), 0u);
+    auto p = s.acquire();
+    const int fd = s.inheritable_liveness_fd();
+    EXPECT_GE(fd, 0);
+    ::close(fd);
+  }
+}
+
+TEST(Semaphore, CapabilitiesOfAUrlNoBackendServesNameItsScheme) {
+  for (const char* key : {"http://example.com/x", "valkey+unix:///tmp/s?key=k"}) {
+    try {
+      Semaphore::capabilities_of(key);
+      ADD_FAILURE() << key << " has capabilities";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      const std::string k = key;
+      EXPECT_NE(what.find(k.substr(0, k.find("://") + 3)), std::string::npos) << what;
+    }
+  }
+  EXPECT_THROW(Semaphore::capabilities_of(""), std::invalid_argument);
 }
 
 TEST(Semaphore, BadArgumentsThrowInvalidArgument) {

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -16,18 +15,8 @@
 
 namespace semtop {
 
-bool is_redis_key(std::string_view key) {
-  // The library's rule: any "scheme://" (RFC 3986 letters, any case) is a
-  // URL, never a shared-memory key; the library refuses the schemes it
-  // cannot serve.
-  const auto end = key.find("://");
-  if (end == std::string_view::npos || end == 0) return false;
-  for (std::size_t i = 0; i < end; ++i) {
-    const unsigned char c = static_cast<unsigned char>(key[i]);
-    if (!std::isalpha(c) && (i == 0 || !(std::isdigit(c) || c == '+' || c == '-' || c == '.')))
-      return false;
-  }
-  return true;
+bool has_segment_file(const std::string& key) {
+  return shmsem::Semaphore::capabilities_of(key).segment_file;
 }
 
 namespace {
@@ -41,7 +30,7 @@ auto existing(const std::string& key, Read read) -> decltype(read()) {
   } catch (const shmsem::SegmentError& e) {
     // A Redis key has no file that could be left uninitialized.
     struct stat st;
-    if (e.code() != shmsem::errc::not_found || is_redis_key(key) ||
+    if (e.code() != shmsem::errc::not_found || !has_segment_file(key) ||
         ::lstat(shmsem::Semaphore::segment_path(key).c_str(), &st) != 0)
       throw;
     throw uninitialized_segment(make_error_code(shmsem::errc::bad_segment), e.what());
@@ -165,8 +154,8 @@ std::string owner_text(const shmsem::SegmentOwner& o) {
 shmsem::Options admin_options(const std::string& key, const std::string& action, std::string& whose,
                               shmsem::Options trust) {
   whose.clear();
-  // A Redis key has no owner here: the server's access control decides.
-  if (is_redis_key(key)) return trust;
+  // A key with no file has no owner here: the server's access control decides.
+  if (!has_segment_file(key)) return trust;
   const shmsem::SegmentOwner o = shmsem::Semaphore::owner(key, trust);
   const uid_t me = ::geteuid();
   if (o.uid == me) return trust;

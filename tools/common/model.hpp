@@ -86,10 +86,10 @@ std::string owner_text(const shmsem::SegmentOwner& o);
 /// (a CLI11 validator for --trust-owner).
 std::string check_user(const std::string& user);
 
-/// Whether `key` is a URL (any `scheme://`), which the library serves from
-/// Redis (redis://, redis+unix://, in any case) or refuses; never a
-/// shared-memory key.
-bool is_redis_key(std::string_view key);
+/// Whether `key` names a file under /dev/shm (a shared-memory key), as
+/// the library's Semaphore::capabilities_of() says; throws
+/// std::invalid_argument for a URL that no backend of the library serves.
+bool has_segment_file(const std::string& key);
 
 /// Reads every semaphore on the Redis server at `url` (Semaphore::list of
 /// it). A server that cannot be listed becomes one sample with an error.

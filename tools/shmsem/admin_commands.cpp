@@ -156,7 +156,7 @@ int rm(const std::string& key, bool force) {
     std::printf("removed %s%s\n", semtop::printable(key).c_str(), of_whom(whose).c_str());
     return kOk;
   }
-  if (!semtop::is_redis_key(key))
+  if (semtop::has_segment_file(key))
     shmsem::Semaphore::owner(key);  // removed meanwhile: not found (3)
   std::vector<shmsem::SegmentUser> users;
   for (auto& u : shmsem::Semaphore::users(key))

@@ -703,10 +703,11 @@ int run(const run_options& o) {
   // Made before fork: the library gives a forked child a fresh description
   // of its own segment descriptor, but leaves this copy as it is. The
   // witness, forked before the semaphore was opened, never holds it.
-  // A Redis seat lives with this process's session: there is no token to
-  // hand down, and it goes back when this process dies (see docs/redis.md).
+  // A seat held by a session with a server (Redis) lives with this
+  // process's session: there is no token to hand down, and it goes back
+  // when this process dies (see docs/redis.md).
   const int token_fd =
-      o.close_token || semtop::is_redis_key(o.key) ? -1 : sem.inheritable_liveness_fd();
+      o.close_token || !sem.capabilities().process_liveness ? -1 : sem.inheritable_liveness_fd();
   // What COMMAND leaves behind becomes this process's child, so that when
   // COMMAND exits, whether any process of its tree (and so possibly a
   // holder of the token) still lives is known without reading all of /proc.
