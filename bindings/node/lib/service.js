@@ -13,27 +13,84 @@ const OPEN_BARGING = 4;
 
 const isRedisKey = (key) => key.startsWith('redis://') || key.startsWith('redis+unix://');
 
+// What the addon wrote about the last grant it handed over (a Uint32Array:
+// permit id low and high 32 bits, fencing token low and high), read at
+// once.
+const grant = native.grant;
+const uint64 = (lo, hi) => (hi === 0 ? String(lo) : ((BigInt(hi) << 32n) | BigInt(lo)).toString());
+
+// Only the service makes permits: it passes this to the constructor.
+const MINT = Symbol('shmsem.Permit');
+
+// A Permit collected unreleased gives its seats back: the registry's
+// callback hands its handle to the addon, which releases it if it is still
+// held. Registering every grant would cost about as much as the rest of an
+// uncontended acquire and release together, and most permits are released
+// within the turn of the event loop that took them; so a grant goes on
+// `unwatched` (a strong reference: it cannot be collected there), and at the
+// end of the turn, or when the list is long, the permits still held on it
+// are registered and the rest forgotten.
+const registry = new FinalizationRegistry((handle) => native.dropped(handle));
+const SWEEP_AT = 512;
+let unwatched = [];
+let sweepTimer = null;
+
 class Permit {
-  #native;
+  #handle;
   #service;
   #released = false;
   #renewTimer = null;
+  #id;
+  #idHigh;
+  #token;
+  #tokenHigh;
 
   /** Made by SemaphoreService only. */
-  constructor(nativePermit, service, key, ttl) {
-    if (!(nativePermit instanceof native.Permit) || !(service instanceof SemaphoreService)) {
-      throw args.typeError('Permit', 'made by SemaphoreService.acquire or tryAcquire', nativePermit);
+  constructor(mint, handle, service, key, weight, ttl) {
+    if (mint !== MINT) {
+      throw args.typeError('Permit', 'made by SemaphoreService.acquire or tryAcquire', mint);
     }
-    this.#native = nativePermit;
+    this.#handle = handle;
     this.#service = service;
+    this.#id = grant[0];
+    this.#idHigh = grant[1];
+    this.#token = grant[2];
+    this.#tokenHigh = grant[3];
     this.key = key;
-    this.permitId = nativePermit.id();
-    this.weight = nativePermit.weight();
+    this.weight = weight;
     this.ttl = ttl;
     this.acquiredAt = Date.now();
     this.expiresAt = ttl > 0 ? this.acquiredAt + ttl : Infinity;
-    const token = nativePermit.fencingToken();
-    this.fencingToken = token === 0n ? null : token;
+    unwatched.push(this);
+    if (unwatched.length >= SWEEP_AT) {
+      Permit.#sweep();
+    } else if (sweepTimer === null) {
+      sweepTimer = setImmediate(Permit.#sweep);
+      sweepTimer.unref();
+    }
+  }
+
+  static #sweep() {
+    if (sweepTimer !== null) {
+      clearImmediate(sweepTimer);
+      sweepTimer = null;
+    }
+    const list = unwatched;
+    unwatched = [];
+    for (const permit of list) {
+      if (!permit.#released) registry.register(permit, permit.#handle);
+    }
+  }
+
+  /** Unique within its semaphore: a decimal string, as ids are 64-bit. */
+  get permitId() {
+    return uint64(this.#id, this.#idHigh);
+  }
+
+  /** A bigint where the semaphore has fencing tokens, else null. */
+  get fencingToken() {
+    if (this.#token === 0 && this.#tokenHigh === 0) return null;
+    return (BigInt(this.#tokenHigh) << 32n) | BigInt(this.#token);
   }
 
   get isAutoRenewing() {
@@ -47,7 +104,7 @@ class Permit {
     this.#service._renewing(this, true);
     this.#renewTimer = setInterval(() => {
       try {
-        this.#native.extend(this.ttl);
+        native.extend(this.#handle, this.ttl);
         this.expiresAt = Date.now() + this.ttl;
       } catch (e) {
         this.stopAutoRenew();
@@ -71,9 +128,9 @@ class Permit {
   async release() {
     if (this.#released) return;
     this.#released = true;
-    this.stopAutoRenew();
+    if (this.#renewTimer !== null) this.stopAutoRenew();
     try {
-      this.#native.release();
+      native.release(this.#handle);
     } catch (e) {
       if (errors.codeName(e) === 'SHMSEM_ENOTHELD') {
         throw new errors.SemaphorePermitNotHeldError(this.key, this.permitId, e.message);
@@ -91,7 +148,7 @@ class Permit {
         `permit ${this.permitId} of ${this.key} was released already`);
     }
     try {
-      this.#native.extend(ttl);
+      native.extend(this.#handle, ttl);
     } catch (e) {
       if (errors.codeName(e) === 'SHMSEM_EEXTEND') {
         this.stopAutoRenew();
@@ -104,8 +161,9 @@ class Permit {
   }
 
   async isHeld() {
-    return !this.#released && this.#native.isHeld();
+    return !this.#released && native.isHeld(this.#handle);
   }
+
 }
 
 class SemaphoreService {
@@ -169,8 +227,9 @@ class SemaphoreService {
     return new errors.SemaphoreAcquisitionError(key, 'shutdown', `semaphore service is shut down (${key})`);
   }
 
-  #wrap(nativePermit, key, o) {
-    const permit = new Permit(nativePermit, this, key, o.ttl);
+  // The Permit of the grant the addon handed over last (`grant` describes it).
+  #wrap(handle, key, o) {
+    const permit = new Permit(MINT, handle, this, key, o.weight, o.ttl);
     if (o.autoRenew) permit.startAutoRenew();
     return permit;
   }
@@ -193,7 +252,7 @@ class SemaphoreService {
     }
     let token = null;
     let onAbort = null;
-    let nativePermit;
+    let handle;
     try {
       const h = this.#handle(key, permits);
       // Free seats are taken at once: no request for the library's thread
@@ -201,15 +260,15 @@ class SemaphoreService {
       // the order is the same. Not on Redis, where a try is a round trip on
       // this thread.
       if (!isRedisKey(key)) {
-        nativePermit = h.tryAcquire(o.weight, o.ttl);
-        if (nativePermit !== null) return this.#wrap(nativePermit, key, o);
+        handle = h.tryAcquire(o.weight, o.ttl);
+        if (handle !== null) return this.#wrap(handle, key, o);
       }
       if (o.signal !== undefined) {
         token = new native.CancelToken();
         onAbort = () => token.cancel();
         o.signal.addEventListener('abort', onAbort, { once: true });
       }
-      nativePermit = await h.acquire(o.weight, o.waitTimeout, o.ttl, token);
+      handle = await h.acquire(o.weight, o.waitTimeout, o.ttl, token);
     } catch (e) {
       throw errors.acquisitionError(key, e);
     } finally {
@@ -218,13 +277,14 @@ class SemaphoreService {
     if (this.#shutDown) {
       // Won as the service shut down: give it back quietly.
       try {
-        nativePermit.release();
+        native.release(handle);
       } catch {
         // lost already: nothing to give back
       }
       throw this.#shutdownError(key);
     }
-    return this.#wrap(nativePermit, key, o);
+    native.describe(handle);
+    return this.#wrap(handle, key, o);
   }
 
   /** One attempt, never waits: a Permit, or null when the seats are not free now,
@@ -234,13 +294,13 @@ class SemaphoreService {
     args.checkPermits(permits);
     const o = args.acquireOptions(options, this.defaults, permits);
     if (this.#shutDown) return null;
-    let nativePermit;
+    let handle;
     try {
-      nativePermit = this.#handle(key, permits).tryAcquire(o.weight, o.ttl);
+      handle = this.#handle(key, permits).tryAcquire(o.weight, o.ttl);
     } catch (e) {
       throw errors.acquisitionError(key, e);
     }
-    return nativePermit === null ? null : this.#wrap(nativePermit, key, o);
+    return handle === null ? null : this.#wrap(handle, key, o);
   }
 
   /** acquire, run fn, always release. A seat lost before the release is logged

@@ -4,11 +4,10 @@
 // with every other binding.
 //
 // What it defines (the JS layer in lib/ is the public API):
-//   open(key, permits, flags) -> Semaphore   close, acquire, tryAcquire,
-//                                            figures, forceReleaseAll, shutdown
-//   Permit                                   release, extend, isHeld, id, weight,
-//                                            fencingToken
-//   CancelToken                              cancel
+//   new Semaphore(key, permits, flags)   close, acquire, tryAcquire, figures,
+//                                        forceReleaseAll, shutdown
+//   release, extend, isHeld, describe, dropped (of a permit's handle), grant
+//   CancelToken                          cancel
 //   remove(key), version()
 //
 // Rules it keeps:
@@ -20,7 +19,8 @@
 //     pool; its callback hands the outcome to the loop through a
 //     napi_threadsafe_function created for that request.
 //   - A handle is passed to the C ABI only while it is live: each wrapper
-//     clears its pointer when it frees the handle.
+//     clears its pointer when it frees the handle, and a permit's handle is
+//     looked up in the table of the permits held (permit_table).
 #include <napi.h>
 
 #include <shmsem/shmsem.h>
@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -81,108 +82,208 @@ std::string string_arg(const Napi::CallbackInfo& info, size_t i, const char* nam
   return s;
 }
 
-struct addon_data {
-  Napi::FunctionReference permit_ctor;
-  Napi::FunctionReference token_ctor;
-};
-
-class Permit : public Napi::ObjectWrap<Permit> {
+// The permits this instance of the addon holds for JavaScript. A grant goes
+// to JavaScript as a number, the permit's handle (slot and generation),
+// rather than as a wrapped object: an object per grant, with its weak
+// reference and its finalizer queued and drained, cost several times the
+// grant itself. lib/service.js watches for a Permit collected unreleased
+// and gives its seats back through dropped(). A handle that was released,
+// never given, or is of an earlier generation of its slot names nothing:
+// it is refused, never followed.
+class permit_table {
  public:
-  static Napi::Function define(Napi::Env env) {
-    return DefineClass(env, "Permit",
-                       {
-                           InstanceMethod<&Permit::release>("release"),
-                           InstanceMethod<&Permit::extend>("extend"),
-                           InstanceMethod<&Permit::is_held>("isHeld"),
-                           InstanceMethod<&Permit::id>("id"),
-                           InstanceMethod<&Permit::weight>("weight"),
-                           InstanceMethod<&Permit::fencing_token>("fencingToken"),
-                       });
+  permit_table() = default;
+  permit_table(const permit_table&) = delete;
+  permit_table& operator=(const permit_table&) = delete;
+
+  // The instance ends (a worker thread exits, or the environment is torn
+  // down) with permits still held: their seats go back, as they would
+  // from a collected permit.
+  ~permit_table() {
+    for (shmsem_permit* p : slots_) {
+      if (p != nullptr) {
+        shmsem_release(p);
+      }
+    }
   }
 
-  // Wraps a permit the C ABI handed over; the new object owns it. If the
-  // object cannot be made, the seats go back before the error is thrown.
-  static Napi::Object wrap(Napi::Env env, shmsem_permit* p) {
-    Napi::Object o;
+  // Takes p and returns its handle. If there is no room, p's seats go back
+  // before the error is thrown.
+  double add(Napi::Env env, shmsem_permit* p) {
+    uint32_t slot = 0;
     try {
-      o = env.GetInstanceData<addon_data>()->permit_ctor.New({});
+      if (free_.empty()) {
+        if (slots_.size() >= kMaxSlots) {
+          throw shmsem_error(env, SHMSEM_ENOMEM,
+                             "shmsem: more than " + std::to_string(kMaxSlots) +
+                                 " permits held at once in one JavaScript environment");
+        }
+        // Room in free_ for every slot, so that take() never allocates.
+        free_.reserve(slots_.size() + 1);
+        generation_.push_back(1);
+        slots_.push_back(nullptr);
+        free_.push_back(static_cast<uint32_t>(slots_.size() - 1));
+      }
     } catch (...) {
       shmsem_release(p);
       throw;
     }
-    Unwrap(o)->permit_ = p;
-    return o;
+    slot = free_.back();
+    free_.pop_back();
+    slots_[slot] = p;
+    return static_cast<double>(generation_[slot]) * kSlotSpan + slot;
   }
 
-  explicit Permit(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Permit>(info) {}
+  // The permit a handle names now, or nullptr.
+  shmsem_permit* find(double handle) const {
+    uint32_t slot = 0;
+    return locate(handle, slot) ? slots_[slot] : nullptr;
+  }
 
-  // A permit the program dropped without releasing gives its seats back, as
-  // the C++ Permit's destructor does; the warning is the library's.
-  ~Permit() override {
-    if (permit_ != nullptr) {
-      shmsem_release(permit_);
+  // Forgets the permit a handle names and returns it (the caller ends it),
+  // or nullptr. The handle names nothing from here on (until its slot's
+  // generation wraps, after 2^32 grants in that slot).
+  shmsem_permit* take(double handle) noexcept {
+    uint32_t slot = 0;
+    if (!locate(handle, slot)) {
+      return nullptr;
     }
+    shmsem_permit* p = slots_[slot];
+    slots_[slot] = nullptr;
+    generation_[slot] = generation_[slot] == UINT32_MAX ? 1 : generation_[slot] + 1;
+    free_.push_back(slot);
+    return p;
   }
 
  private:
-  shmsem_permit* live(Napi::Env env) {
-    if (permit_ == nullptr) {
-      throw shmsem_error(env, SHMSEM_ENOTHELD, "the permit was released already");
+  static constexpr uint32_t kMaxSlots = 1u << 21;
+  static constexpr double kSlotSpan = kMaxSlots;
+  // Generations are 32 bits, so every handle is below 2^53: exact as a
+  // JavaScript number.
+  static constexpr double kEndHandle = 4294967296.0 * kSlotSpan;
+
+  bool locate(double handle, uint32_t& slot) const noexcept {
+    if (!(handle >= kSlotSpan && handle < kEndHandle) || std::trunc(handle) != handle) {
+      return false;
     }
-    return permit_;
+    auto h = static_cast<uint64_t>(handle);
+    slot = static_cast<uint32_t>(h % kMaxSlots);
+    return slot < slots_.size() && slots_[slot] != nullptr &&
+           generation_[slot] == static_cast<uint32_t>(h / kMaxSlots);
   }
 
-  // Frees the handle whatever the outcome, as shmsem_release does; throws
-  // (shmsemCode SHMSEM_ENOTHELD) when the seats were lost first, and on a
-  // second call.
-  Napi::Value release(const Napi::CallbackInfo& info) {
-    shmsem_permit* p = live(info.Env());
-    permit_ = nullptr;
-    if (int rc = shmsem_release(p); rc != SHMSEM_OK) {
-      throw_last(info.Env(), rc);
-    }
-    return info.Env().Undefined();
-  }
-
-  Napi::Value extend(const Napi::CallbackInfo& info) {
-    shmsem_permit* p = live(info.Env());
-    int64_t ttl = integer_arg(info, 0, "ttl", 1, 1000000000);
-    if (int rc = shmsem_extend(p, ttl); rc != SHMSEM_OK) {
-      throw_last(info.Env(), rc);
-    }
-    return info.Env().Undefined();
-  }
-
-  Napi::Value is_held(const Napi::CallbackInfo& info) {
-    if (permit_ == nullptr) {
-      return Napi::Boolean::New(info.Env(), false);
-    }
-    int rc = shmsem_is_held(permit_);
-    if (rc < 0) {
-      throw_last(info.Env(), rc);
-    }
-    return Napi::Boolean::New(info.Env(), rc == 1);
-  }
-
-  // The id as a decimal string: a 64-bit value does not fit a JS number.
-  Napi::Value id(const Napi::CallbackInfo& info) {
-    return Napi::String::New(info.Env(), std::to_string(shmsem_permit_id(live(info.Env()))));
-  }
-
-  Napi::Value weight(const Napi::CallbackInfo& info) {
-    int w = shmsem_permit_weight(live(info.Env()));
-    if (w < 0) {
-      throw_last(info.Env(), w);
-    }
-    return Napi::Number::New(info.Env(), w);
-  }
-
-  Napi::Value fencing_token(const Napi::CallbackInfo& info) {
-    return Napi::BigInt::New(info.Env(), shmsem_permit_fencing_token(live(info.Env())));
-  }
-
-  shmsem_permit* permit_ = nullptr;
+  std::vector<shmsem_permit*> slots_;  // nullptr: free
+  std::vector<uint32_t> generation_;   // of each slot, from 1
+  std::vector<uint32_t> free_;
 };
+
+struct addon_data {
+  Napi::FunctionReference token_ctor;
+  permit_table permits;
+  // Who the last grant handed over is, written by each call that returns a
+  // handle: the permit id's low and high 32 bits, then the fencing token's.
+  // JavaScript reads it (exports.grant, a Uint32Array) at once, before any
+  // other call into the addon: four numbers cost less than the string and
+  // the BigInt that every grant would otherwise make.
+  Napi::Reference<Napi::ArrayBuffer> grant_buffer;
+  uint32_t* grant = nullptr;
+
+  void describe(const shmsem_permit* p) {
+    uint64_t id = shmsem_permit_id(p);
+    uint64_t token = shmsem_permit_fencing_token(p);
+    grant[0] = static_cast<uint32_t>(id);
+    grant[1] = static_cast<uint32_t>(id >> 32);
+    grant[2] = static_cast<uint32_t>(token);
+    grant[3] = static_cast<uint32_t>(token >> 32);
+  }
+
+  // The table takes p; returns its handle, with `grant` describing it.
+  Napi::Value hand_over(Napi::Env env, shmsem_permit* p) {
+    describe(p);
+    return Napi::Number::New(env, permits.add(env, p));
+  }
+};
+
+addon_data& data_of(Napi::Env env) {
+  return *env.GetInstanceData<addon_data>();
+}
+
+// A handle argument: a number, else a TypeError. Whether it names a permit
+// is the table's question.
+double handle_arg(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsNumber()) {
+    throw_type(info.Env(), "permit must be a permit handle (a number)");
+  }
+  return info[0].As<Napi::Number>().DoubleValue();
+}
+
+[[noreturn]] void throw_not_held(Napi::Env env) {
+  throw shmsem_error(env, SHMSEM_ENOTHELD, "the permit was released already");
+}
+
+// release(handle): frees the handle whatever the outcome, as shmsem_release
+// does; throws (shmsemCode SHMSEM_ENOTHELD) when the seats were lost first,
+// and for a handle that names no permit (released already).
+Napi::Value release_permit(const Napi::CallbackInfo& info) {
+  shmsem_permit* p = data_of(info.Env()).permits.take(handle_arg(info));
+  if (p == nullptr) {
+    throw_not_held(info.Env());
+  }
+  if (int rc = shmsem_release(p); rc != SHMSEM_OK) {
+    throw_last(info.Env(), rc);
+  }
+  return info.Env().Undefined();
+}
+
+// dropped(handle): the seats of a permit that JavaScript collected
+// unreleased go back; nothing if it was released. Never throws: it runs
+// from a FinalizationRegistry callback.
+Napi::Value drop_permit(const Napi::CallbackInfo& info) {
+  if (info.Length() >= 1 && info[0].IsNumber()) {
+    shmsem_permit* p = data_of(info.Env()).permits.take(info[0].As<Napi::Number>().DoubleValue());
+    if (p != nullptr) {
+      shmsem_release(p);
+    }
+  }
+  return info.Env().Undefined();
+}
+
+// extend(handle, ttlMs)
+Napi::Value extend_permit(const Napi::CallbackInfo& info) {
+  shmsem_permit* p = data_of(info.Env()).permits.find(handle_arg(info));
+  if (p == nullptr) {
+    throw_not_held(info.Env());
+  }
+  int64_t ttl = integer_arg(info, 1, "ttl", 1, 1000000000);
+  if (int rc = shmsem_extend(p, ttl); rc != SHMSEM_OK) {
+    throw_last(info.Env(), rc);
+  }
+  return info.Env().Undefined();
+}
+
+// isHeld(handle): false for a handle that names no permit.
+Napi::Value permit_is_held(const Napi::CallbackInfo& info) {
+  shmsem_permit* p = data_of(info.Env()).permits.find(handle_arg(info));
+  if (p == nullptr) {
+    return Napi::Boolean::New(info.Env(), false);
+  }
+  int rc = shmsem_is_held(p);
+  if (rc < 0) {
+    throw_last(info.Env(), rc);
+  }
+  return Napi::Boolean::New(info.Env(), rc == 1);
+}
+
+// describe(handle): fills `grant` for the permit, as a grant does.
+Napi::Value describe_permit(const Napi::CallbackInfo& info) {
+  addon_data& data = data_of(info.Env());
+  shmsem_permit* p = data.permits.find(handle_arg(info));
+  if (p == nullptr) {
+    throw_not_held(info.Env());
+  }
+  data.describe(p);
+  return info.Env().Undefined();
+}
 
 class CancelToken : public Napi::ObjectWrap<CancelToken> {
  public:
@@ -265,10 +366,10 @@ void settle_on_loop(Napi::Env env, Napi::Function, gate_ref*, acquire_request* r
   try {
     Napi::HandleScope scope(env);
     if (r->status == SHMSEM_OK) {
-      // The Permit object owns the seats from here, even if it throws.
+      // The table owns the seats from here, even if it throws.
       shmsem_permit* p = r->permit;
       r->permit = nullptr;
-      r->deferred.Resolve(Permit::wrap(env, p));
+      r->deferred.Resolve(data_of(env).hand_over(env, p));
     } else {
       r->deferred.Reject(shmsem_error(env, r->status, r->message).Value());
     }
@@ -356,7 +457,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     return info.Env().Undefined();
   }
 
-  // acquire(n, waitTimeoutMs, ttlMs, token) -> Promise<Permit>. waitTimeoutMs
+  // acquire(n, waitTimeoutMs, ttlMs, token) -> Promise<handle>. waitTimeoutMs
   // < 0 waits for ever; token is a CancelToken or null.
   Napi::Value acquire(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -401,7 +502,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
       return promise;
     }
     if (rc == SHMSEM_OK) {
-      r->deferred.Resolve(Permit::wrap(env, permit));
+      r->deferred.Resolve(data_of(env).hand_over(env, permit));
     } else {
       r->deferred.Reject(shmsem_error(env, rc, shmsem_last_error()).Value());
     }
@@ -409,7 +510,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     return promise;
   }
 
-  // tryAcquire(n, ttlMs) -> Permit | null: one attempt, never waits; null
+  // tryAcquire(n, ttlMs) -> handle | null: one attempt, never waits; null
   // when the seats are not free now or n exceeds the capacity.
   Napi::Value try_acquire(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -422,7 +523,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     shmsem_permit* permit = nullptr;
     int rc = shmsem_acquire(s, &o, &permit);
     if (rc == SHMSEM_OK) {
-      return Permit::wrap(env, permit);
+      return data_of(env).hand_over(env, permit);
     }
     if (rc == SHMSEM_ETIMEDOUT || rc == SHMSEM_EUNAVAILABLE || rc == SHMSEM_EEXCEEDS) {
       return env.Null();
@@ -487,14 +588,20 @@ Napi::Value version(const Napi::CallbackInfo& info) {
 
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   auto* data = new addon_data;
-  Napi::Function permit = Permit::define(env);
-  Napi::Function token = CancelToken::define(env);
-  data->permit_ctor = Napi::Persistent(permit);
-  data->token_ctor = Napi::Persistent(token);
   env.SetInstanceData(data);
+  Napi::Function token = CancelToken::define(env);
+  data->token_ctor = Napi::Persistent(token);
+  Napi::ArrayBuffer grant = Napi::ArrayBuffer::New(env, 4 * sizeof(uint32_t));
+  data->grant = static_cast<uint32_t*>(grant.Data());
+  data->grant_buffer = Napi::Persistent(grant);
   exports.Set("Semaphore", Semaphore::define(env));
-  exports.Set("Permit", permit);
   exports.Set("CancelToken", token);
+  exports.Set("grant", Napi::Uint32Array::New(env, 4, grant, 0));
+  exports.Set("release", Napi::Function::New<release_permit>(env, "release"));
+  exports.Set("dropped", Napi::Function::New<drop_permit>(env, "dropped"));
+  exports.Set("extend", Napi::Function::New<extend_permit>(env, "extend"));
+  exports.Set("isHeld", Napi::Function::New<permit_is_held>(env, "isHeld"));
+  exports.Set("describe", Napi::Function::New<describe_permit>(env, "describe"));
   exports.Set("remove", Napi::Function::New<remove_key>(env, "remove"));
   exports.Set("version", Napi::Function::New<version>(env, "version"));
   return exports;
