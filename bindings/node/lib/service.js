@@ -19,6 +19,8 @@ const isRedisKey = (key) => key.startsWith('redis://') || key.startsWith('redis+
 const grant = native.grant;
 const uint64 = (lo, hi) => (hi === 0 ? String(lo) : ((BigInt(hi) << 32n) | BigInt(lo)).toString());
 
+const SETTLED = Promise.resolve();
+
 // Only the service makes permits: it passes this to the constructor.
 const MINT = Symbol('shmsem.Permit');
 
@@ -123,20 +125,23 @@ class Permit {
     }
   }
 
-  /** Frees the seats. Idempotent. Throws SemaphorePermitNotHeldError when they
-   * were lost first (TTL, force-released): the bound was not held throughout. */
-  async release() {
-    if (this.#released) return;
+  /** Frees the seats. Idempotent. Rejects with SemaphorePermitNotHeldError when
+   * they were lost first (TTL, force-released): the bound was not held throughout.
+   * Not an async function: the settled promise it returns is shared, which
+   * spares a promise per release. */
+  release() {
+    if (this.#released) return SETTLED;
     this.#released = true;
     if (this.#renewTimer !== null) this.stopAutoRenew();
     try {
       native.release(this.#handle);
     } catch (e) {
       if (errors.codeName(e) === 'SHMSEM_ENOTHELD') {
-        throw new errors.SemaphorePermitNotHeldError(this.key, this.permitId, e.message);
+        return Promise.reject(new errors.SemaphorePermitNotHeldError(this.key, this.permitId, e.message));
       }
-      throw errors.libraryError(e, this.key);
+      return Promise.reject(errors.libraryError(e, this.key));
     }
+    return SETTLED;
   }
 
   /** Sets the expiry to now + ttl ms. SemaphoreExtensionError when the seats were
@@ -168,6 +173,9 @@ class Permit {
 
 class SemaphoreService {
   #handles = new Map();
+  // key -> the handle of its shared-memory semaphore for the addon's plain
+  // functions, or null for a Redis key.
+  #grantable = new Map();
   // The permits that renew, for shutdown to stop. Only those: a permit the
   // program drops is then collected, and its seats go back.
   #renewing = new Set();
@@ -203,9 +211,26 @@ class SemaphoreService {
     let h = this.#handles.get(key);
     if (h === undefined) {
       h = new native.Semaphore(key, permits, this.#openFlags);
-      this.#handles.set(key, h);
+      this.#keep(key, h);
     }
     return h;
+  }
+
+  #keep(key, h) {
+    this.#handles.set(key, h);
+    this.#grantable.set(key, isRedisKey(key) ? null : h.handle());
+  }
+
+  // One attempt on `key` (opened at first use) by the addon's plain
+  // function: a permit's handle or null; undefined on Redis, where a try
+  // is a round trip on this thread.
+  #try(key, permits, o) {
+    let semaphore = this.#grantable.get(key);
+    if (semaphore === undefined) {
+      this.#handle(key, permits);
+      semaphore = this.#grantable.get(key);
+    }
+    return semaphore === null ? undefined : native.tryAcquire(semaphore, o.weight, o.ttl);
   }
 
   // The handle of an existing semaphore, or null if there is none.
@@ -219,7 +244,7 @@ class SemaphoreService {
       if (errors.codeName(e) === 'SHMSEM_ENOENT') return null;
       throw errors.libraryError(e, key);
     }
-    this.#handles.set(key, h);
+    this.#keep(key, h);
     return h;
   }
 
@@ -254,21 +279,17 @@ class SemaphoreService {
     let onAbort = null;
     let handle;
     try {
-      const h = this.#handle(key, permits);
       // Free seats are taken at once: no request for the library's thread
       // and no trip back to the loop. A try never passes queued waiters, so
-      // the order is the same. Not on Redis, where a try is a round trip on
-      // this thread.
-      if (!isRedisKey(key)) {
-        handle = h.tryAcquire(o.weight, o.ttl);
-        if (handle !== null) return this.#wrap(handle, key, o);
-      }
+      // the order is the same.
+      handle = this.#try(key, permits, o);
+      if (handle !== null && handle !== undefined) return this.#wrap(handle, key, o);
       if (o.signal !== undefined) {
         token = new native.CancelToken();
         onAbort = () => token.cancel();
         o.signal.addEventListener('abort', onAbort, { once: true });
       }
-      handle = await h.acquire(o.weight, o.waitTimeout, o.ttl, token);
+      handle = await this.#handle(key, permits).acquire(o.weight, o.waitTimeout, o.ttl, token);
     } catch (e) {
       throw errors.acquisitionError(key, e);
     } finally {
@@ -296,7 +317,8 @@ class SemaphoreService {
     if (this.#shutDown) return null;
     let handle;
     try {
-      handle = this.#handle(key, permits).tryAcquire(o.weight, o.ttl);
+      handle = this.#try(key, permits, o);
+      if (handle === undefined) handle = this.#handle(key, permits).tryAcquire(o.weight, o.ttl);
     } catch (e) {
       throw errors.acquisitionError(key, e);
     }

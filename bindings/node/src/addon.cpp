@@ -4,8 +4,9 @@
 // with every other binding.
 //
 // What it defines (the JS layer in lib/ is the public API):
-//   new Semaphore(key, permits, flags)   close, acquire, tryAcquire, figures,
-//                                        forceReleaseAll, shutdown
+//   new Semaphore(key, permits, flags)   close, acquire, tryAcquire, handle,
+//                                        figures, forceReleaseAll, shutdown
+//   tryAcquire(semaphore's handle, n, ttl)
 //   release, extend, isHeld, describe, dropped (of a permit's handle), grant
 //   CancelToken                          cancel
 //   remove(key), version()
@@ -54,14 +55,21 @@ Napi::Error shmsem_error(Napi::Env env, int code, const std::string& message) {
   throw Napi::RangeError::New(env, what);
 }
 
+// A number argument, else a TypeError. One N-API call: it runs on every
+// acquire and release.
+double number_arg(const Napi::CallbackInfo& info, size_t i, const char* name) {
+  double v = 0;
+  if (i >= info.Length() || napi_get_value_double(info.Env(), info[i], &v) != napi_ok) {
+    throw_type(info.Env(), std::string(name) + " must be a number");
+  }
+  return v;
+}
+
 // An integer argument in [lo, hi]: finite, whole, in range; else a typed error.
 int64_t integer_arg(const Napi::CallbackInfo& info, size_t i, const char* name, int64_t lo,
                     int64_t hi) {
   Napi::Env env = info.Env();
-  if (i >= info.Length() || !info[i].IsNumber()) {
-    throw_type(env, std::string(name) + " must be a number");
-  }
-  double v = info[i].As<Napi::Number>().DoubleValue();
+  double v = number_arg(info, i, name);
   if (!std::isfinite(v) || std::trunc(v) != v || v < static_cast<double>(lo) ||
       v > static_cast<double>(hi)) {
     throw_range(env, std::string(name) + " must be an integer in [" + std::to_string(lo) + ", " +
@@ -82,78 +90,67 @@ std::string string_arg(const Napi::CallbackInfo& info, size_t i, const char* nam
   return s;
 }
 
-// The permits this instance of the addon holds for JavaScript. A grant goes
-// to JavaScript as a number, the permit's handle (slot and generation),
-// rather than as a wrapped object: an object per grant, with its weak
-// reference and its finalizer queued and drained, cost several times the
-// grant itself. lib/service.js watches for a Permit collected unreleased
-// and gives its seats back through dropped(). A handle that was released,
-// never given, or is of an earlier generation of its slot names nothing:
-// it is refused, never followed.
-class permit_table {
+// Handles for JavaScript: a native object that JavaScript names by a number
+// (slot and generation) rather than by a wrapped object. The permits this
+// instance of the addon holds live here: an object per grant, with its
+// weak reference and its finalizer queued and drained, cost several times
+// the grant itself (lib/service.js watches for a Permit collected
+// unreleased and gives its seats back through dropped()). So do the open
+// semaphores, for the calls of every acquire and release, which as plain
+// functions skip the lookup of a wrapped object's native half. A handle
+// that was taken back, never given, or is of an earlier generation of its
+// slot names nothing: it is refused, never followed.
+template <class T>
+class handle_table {
  public:
-  permit_table() = default;
-  permit_table(const permit_table&) = delete;
-  permit_table& operator=(const permit_table&) = delete;
+  handle_table() = default;
+  handle_table(const handle_table&) = delete;
+  handle_table& operator=(const handle_table&) = delete;
 
-  // The instance ends (a worker thread exits, or the environment is torn
-  // down) with permits still held: their seats go back, as they would
-  // from a collected permit.
-  ~permit_table() {
-    for (shmsem_permit* p : slots_) {
-      if (p != nullptr) {
-        shmsem_release(p);
+  // Adds p and returns its handle; throws (SHMSEM_ENOMEM) when the table
+  // is full or memory is short, and p stays the caller's.
+  double add(Napi::Env env, T* p) {
+    if (free_.empty()) {
+      if (slots_.size() >= kMaxSlots) {
+        throw shmsem_error(env, SHMSEM_ENOMEM,
+                           "shmsem: more than " + std::to_string(kMaxSlots) +
+                               " handles in use at once in one JavaScript environment");
       }
+      // Room in free_ for every slot, so that take() never allocates.
+      free_.reserve(slots_.size() + 1);
+      generation_.push_back(1);
+      slots_.push_back(nullptr);
+      free_.push_back(static_cast<uint32_t>(slots_.size() - 1));
     }
-  }
-
-  // Takes p and returns its handle. If there is no room, p's seats go back
-  // before the error is thrown.
-  double add(Napi::Env env, shmsem_permit* p) {
-    uint32_t slot = 0;
-    try {
-      if (free_.empty()) {
-        if (slots_.size() >= kMaxSlots) {
-          throw shmsem_error(env, SHMSEM_ENOMEM,
-                             "shmsem: more than " + std::to_string(kMaxSlots) +
-                                 " permits held at once in one JavaScript environment");
-        }
-        // Room in free_ for every slot, so that take() never allocates.
-        free_.reserve(slots_.size() + 1);
-        generation_.push_back(1);
-        slots_.push_back(nullptr);
-        free_.push_back(static_cast<uint32_t>(slots_.size() - 1));
-      }
-    } catch (...) {
-      shmsem_release(p);
-      throw;
-    }
-    slot = free_.back();
+    uint32_t slot = free_.back();
     free_.pop_back();
     slots_[slot] = p;
     return static_cast<double>(generation_[slot]) * kSlotSpan + slot;
   }
 
-  // The permit a handle names now, or nullptr.
-  shmsem_permit* find(double handle) const {
+  // What a handle names now, or nullptr.
+  T* find(double handle) const noexcept {
     uint32_t slot = 0;
     return locate(handle, slot) ? slots_[slot] : nullptr;
   }
 
-  // Forgets the permit a handle names and returns it (the caller ends it),
-  // or nullptr. The handle names nothing from here on (until its slot's
-  // generation wraps, after 2^32 grants in that slot).
-  shmsem_permit* take(double handle) noexcept {
+  // Forgets what a handle names and returns it, or nullptr. The handle
+  // names nothing from here on (until its slot's generation wraps, after
+  // 2^32 uses of that slot).
+  T* take(double handle) noexcept {
     uint32_t slot = 0;
     if (!locate(handle, slot)) {
       return nullptr;
     }
-    shmsem_permit* p = slots_[slot];
+    T* p = slots_[slot];
     slots_[slot] = nullptr;
     generation_[slot] = generation_[slot] == UINT32_MAX ? 1 : generation_[slot] + 1;
     free_.push_back(slot);
     return p;
   }
+
+  // Everything the table still names.
+  const std::vector<T*>& slots() const noexcept { return slots_; }
 
  private:
   static constexpr uint32_t kMaxSlots = 1u << 21;
@@ -172,14 +169,34 @@ class permit_table {
            generation_[slot] == static_cast<uint32_t>(h / kMaxSlots);
   }
 
-  std::vector<shmsem_permit*> slots_;  // nullptr: free
-  std::vector<uint32_t> generation_;   // of each slot, from 1
+  std::vector<T*> slots_;             // nullptr: free
+  std::vector<uint32_t> generation_;  // of each slot, from 1
   std::vector<uint32_t> free_;
 };
 
+// The open semaphores: shared by the instance and each Semaphore object,
+// so that whichever the environment's teardown ends last frees it.
+using semaphore_table = std::shared_ptr<handle_table<shmsem_sem>>;
+
 struct addon_data {
+  addon_data() = default;
+  addon_data(const addon_data&) = delete;
+  addon_data& operator=(const addon_data&) = delete;
+
+  // The instance ends (a worker thread exits, or the environment is torn
+  // down) with permits still held: their seats go back, as they would
+  // from a collected permit.
+  ~addon_data() {
+    for (shmsem_permit* p : permits.slots()) {
+      if (p != nullptr) {
+        shmsem_release(p);
+      }
+    }
+  }
+
   Napi::FunctionReference token_ctor;
-  permit_table permits;
+  handle_table<shmsem_permit> permits;
+  semaphore_table semaphores = std::make_shared<handle_table<shmsem_sem>>();
   // Who the last grant handed over is, written by each call that returns a
   // handle: the permit id's low and high 32 bits, then the fencing token's.
   // JavaScript reads it (exports.grant, a Uint32Array) at once, before any
@@ -197,10 +214,16 @@ struct addon_data {
     grant[3] = static_cast<uint32_t>(token >> 32);
   }
 
-  // The table takes p; returns its handle, with `grant` describing it.
+  // The table takes p; returns its handle, with `grant` describing it. If
+  // there is no room, p's seats go back before the error is thrown.
   Napi::Value hand_over(Napi::Env env, shmsem_permit* p) {
     describe(p);
-    return Napi::Number::New(env, permits.add(env, p));
+    try {
+      return Napi::Number::New(env, permits.add(env, p));
+    } catch (...) {
+      shmsem_release(p);
+      throw;
+    }
   }
 };
 
@@ -211,10 +234,7 @@ addon_data& data_of(Napi::Env env) {
 // A handle argument: a number, else a TypeError. Whether it names a permit
 // is the table's question.
 double handle_arg(const Napi::CallbackInfo& info) {
-  if (info.Length() < 1 || !info[0].IsNumber()) {
-    throw_type(info.Env(), "permit must be a permit handle (a number)");
-  }
-  return info[0].As<Napi::Number>().DoubleValue();
+  return number_arg(info, 0, "permit (a permit's handle)");
 }
 
 [[noreturn]] void throw_not_held(Napi::Env env) {
@@ -407,6 +427,27 @@ void acquire_done(int status, shmsem_permit* permit, void* ctx) noexcept {
   tsfn.Release();
 }
 
+// One attempt, never waits: the handle of a new permit, or null when the
+// seats are not free now or n exceeds the capacity. Arguments from `first`:
+// n, ttlMs.
+Napi::Value try_grant(const Napi::CallbackInfo& info, size_t first, shmsem_sem* s) {
+  Napi::Env env = info.Env();
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  o.n = static_cast<uint32_t>(integer_arg(info, first, "weight", 1, 1000000));
+  o.ttl_ms = integer_arg(info, first + 1, "ttl", 0, 1000000000);
+  o.wait_timeout_ms = 0;
+  o.auto_renew = 0;
+  shmsem_permit* permit = nullptr;
+  int rc = shmsem_acquire(s, &o, &permit);
+  if (rc == SHMSEM_OK) {
+    return data_of(env).hand_over(env, permit);
+  }
+  if (rc == SHMSEM_ETIMEDOUT || rc == SHMSEM_EUNAVAILABLE || rc == SHMSEM_EEXCEEDS) {
+    return env.Null();
+  }
+  throw_last(env, rc);
+}
+
 class Semaphore : public Napi::ObjectWrap<Semaphore> {
  public:
   static Napi::Function define(Napi::Env env) {
@@ -415,6 +456,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
                            InstanceMethod<&Semaphore::close>("close"),
                            InstanceMethod<&Semaphore::acquire>("acquire"),
                            InstanceMethod<&Semaphore::try_acquire>("tryAcquire"),
+                           InstanceMethod<&Semaphore::handle>("handle"),
                            InstanceMethod<&Semaphore::capacity>("capacity"),
                            InstanceMethod<&Semaphore::used>("used"),
                            InstanceMethod<&Semaphore::available>("available"),
@@ -436,9 +478,20 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     if (int rc = shmsem_open_ex(key.c_str(), permits, &o, &sem_); rc != SHMSEM_OK) {
       throw_last(env, rc);
     }
+    try {
+      table_ = data_of(env).semaphores;
+      handle_ = table_->add(env, sem_);
+    } catch (...) {
+      shmsem_close(sem_);
+      sem_ = nullptr;
+      throw;
+    }
   }
 
-  ~Semaphore() override { shmsem_close(sem_); }
+  ~Semaphore() override {
+    forget();
+    shmsem_close(sem_);
+  }
 
  private:
   shmsem_sem* live(Napi::Env env) {
@@ -448,9 +501,22 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     return sem_;
   }
 
+  // Its handle names nothing from here on.
+  void forget() noexcept {
+    if (sem_ != nullptr && table_) {
+      table_->take(handle_);
+    }
+  }
+
+  // The semaphore's handle, for the plain functions (tryAcquire).
+  Napi::Value handle(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), handle_);
+  }
+
   // Cancels the handle's waiting acquires (their promises reject once the
   // loop runs their callbacks) and frees it. Idempotent.
   Napi::Value close(const Napi::CallbackInfo& info) {
+    forget();
     shmsem_sem* s = sem_;
     sem_ = nullptr;
     shmsem_close(s);
@@ -513,22 +579,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
   // tryAcquire(n, ttlMs) -> handle | null: one attempt, never waits; null
   // when the seats are not free now or n exceeds the capacity.
   Napi::Value try_acquire(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    shmsem_sem* s = live(env);
-    shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
-    o.n = static_cast<uint32_t>(integer_arg(info, 0, "weight", 1, 1000000));
-    o.ttl_ms = integer_arg(info, 1, "ttl", 0, 1000000000);
-    o.wait_timeout_ms = 0;
-    o.auto_renew = 0;
-    shmsem_permit* permit = nullptr;
-    int rc = shmsem_acquire(s, &o, &permit);
-    if (rc == SHMSEM_OK) {
-      return data_of(env).hand_over(env, permit);
-    }
-    if (rc == SHMSEM_ETIMEDOUT || rc == SHMSEM_EUNAVAILABLE || rc == SHMSEM_EEXCEEDS) {
-      return env.Null();
-    }
-    throw_last(env, rc);
+    return try_grant(info, 0, live(info.Env()));
   }
 
   Napi::Value figure(const Napi::CallbackInfo& info, int64_t (*read)(const shmsem_sem*)) {
@@ -571,7 +622,19 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
   }
 
   shmsem_sem* sem_ = nullptr;
+  semaphore_table table_;
+  double handle_ = 0;
 };
+
+// tryAcquire(semaphore, n, ttlMs): the same as the method, by the
+// semaphore's handle.
+Napi::Value try_acquire_by_handle(const Napi::CallbackInfo& info) {
+  shmsem_sem* s = data_of(info.Env()).semaphores->find(number_arg(info, 0, "semaphore"));
+  if (s == nullptr) {
+    throw shmsem_error(info.Env(), SHMSEM_EINVAL, "the semaphore was closed");
+  }
+  return try_grant(info, 1, s);
+}
 
 Napi::Value remove_key(const Napi::CallbackInfo& info) {
   std::string key = string_arg(info, 0, "key");
@@ -597,6 +660,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("Semaphore", Semaphore::define(env));
   exports.Set("CancelToken", token);
   exports.Set("grant", Napi::Uint32Array::New(env, 4, grant, 0));
+  exports.Set("tryAcquire", Napi::Function::New<try_acquire_by_handle>(env, "tryAcquire"));
   exports.Set("release", Napi::Function::New<release_permit>(env, "release"));
   exports.Set("dropped", Napi::Function::New<drop_permit>(env, "dropped"));
   exports.Set("extend", Napi::Function::New<extend_permit>(env, "extend"));

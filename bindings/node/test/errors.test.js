@@ -104,8 +104,12 @@ test('a released handle names nothing, even once its slot is reused', async (t) 
 test('a closed native handle refuses every call', async (t) => {
   const key = uniqueKey(t);
   const s = new native.Semaphore(key, 1, 0);
+  const id = s.handle();
   s.close();
   s.close();
+  assert.throws(() => native.tryAcquire(id, 1, 0), { shmsemCode: -4 });
+  assert.throws(() => native.tryAcquire(2 ** 53, 1, 0), { shmsemCode: -4 });
+  assert.throws(() => native.tryAcquire('1', 1, 0), TypeError);
   assert.throws(() => s.used(), { shmsemCode: -4 });
   assert.throws(() => s.acquire(1, -1, 0, null), { shmsemCode: -4 });
   assert.throws(() => s.tryAcquire(1, 0), { shmsemCode: -4 });
@@ -182,6 +186,8 @@ test('fuzz: random arguments only ever give typed errors', async (t) => {
     (a) => new native.Semaphore(a[0], a[1], a[2]),
     (a) => handle.acquire(a[0], a[1], a[2], a[3]).then(giveBack),
     (a) => giveBack(handle.tryAcquire(a[0], a[1])),
+    (a) => giveBack(native.tryAcquire(handle.handle(), a[0], a[1])),
+    (a) => giveBack(native.tryAcquire(a[0], a[1], a[2])),
     (a) => native.extend(a[0], a[1]),
     (a) => native.isHeld(a[0]),
     (a) => native.describe(a[0]),
