@@ -13,10 +13,12 @@ const OPEN_BARGING = 4;
 
 const isRedisKey = (key) => key.startsWith('redis://') || key.startsWith('redis+unix://');
 
-// What the addon wrote about the last grant it handed over (a Uint32Array:
-// permit id low and high 32 bits, fencing token low and high), read at
-// once.
+// What the addon wrote about the last grant it handed over, read at once:
+// a Uint32Array (permit id low and high 32 bits, fencing token low and
+// high) and the wall clock at the grant, in Date.now() milliseconds to the
+// kernel's tick.
 const grant = native.grant;
+const grantTime = native.grantTime;
 const uint64 = (lo, hi) => (hi === 0 ? String(lo) : ((BigInt(hi) << 32n) | BigInt(lo)).toString());
 
 const SETTLED = Promise.resolve();
@@ -61,7 +63,7 @@ class Permit {
     this.key = key;
     this.weight = weight;
     this.ttl = ttl;
-    this.acquiredAt = Date.now();
+    this.acquiredAt = grantTime[0];
     this.expiresAt = ttl > 0 ? this.acquiredAt + ttl : Infinity;
     unwatched.push(this);
     if (unwatched.length >= SWEEP_AT) {
@@ -265,25 +267,40 @@ class SemaphoreService {
   }
 
   /** Takes a seat (options.weight seats) of `key`, a semaphore of `permits`
-   * seats, waiting up to options.waitTimeout ms on the library's thread. */
-  async acquire(key, permits, options) {
-    args.checkKey(key);
-    args.checkPermits(permits);
-    const o = args.acquireOptions(options, this.defaults, permits);
-    if (this.#shutDown) throw this.#shutdownError(key);
-    if (o.signal !== undefined && o.signal.aborted) {
-      throw new errors.SemaphoreAcquisitionError(key, 'cancelled', `acquire of ${key} was aborted`,
-        { cause: o.signal.reason });
+   * seats, waiting up to options.waitTimeout ms on the library's thread.
+   * Free seats are taken at once, with no request for the library's thread
+   * and no trip back to the loop (a try never passes queued waiters, so the
+   * order is the same); for them this is not an async function, which
+   * spares the frame one would make for every call. */
+  acquire(key, permits, options) {
+    let o;
+    try {
+      args.checkKey(key);
+      args.checkPermits(permits);
+      o = args.acquireOptions(options, this.defaults, permits);
+      if (this.#shutDown) throw this.#shutdownError(key);
+      if (o.signal !== undefined && o.signal.aborted) {
+        throw new errors.SemaphoreAcquisitionError(key, 'cancelled', `acquire of ${key} was aborted`,
+          { cause: o.signal.reason });
+      }
+      let handle;
+      try {
+        handle = this.#try(key, permits, o);
+      } catch (e) {
+        throw errors.acquisitionError(key, e);
+      }
+      if (handle !== null && handle !== undefined) return Promise.resolve(this.#wrap(handle, key, o));
+    } catch (e) {
+      return Promise.reject(e);
     }
+    return this.#acquireWaiting(key, permits, o);
+  }
+
+  async #acquireWaiting(key, permits, o) {
     let token = null;
     let onAbort = null;
     let handle;
     try {
-      // Free seats are taken at once: no request for the library's thread
-      // and no trip back to the loop. A try never passes queued waiters, so
-      // the order is the same.
-      handle = this.#try(key, permits, o);
-      if (handle !== null && handle !== undefined) return this.#wrap(handle, key, o);
       if (o.signal !== undefined) {
         token = new native.CancelToken();
         onAbort = () => token.cancel();

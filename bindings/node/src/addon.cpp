@@ -7,7 +7,8 @@
 //   new Semaphore(key, permits, flags)   close, acquire, tryAcquire, handle,
 //                                        figures, forceReleaseAll, shutdown
 //   tryAcquire(semaphore's handle, n, ttl)
-//   release, extend, isHeld, describe, dropped (of a permit's handle), grant
+//   release, extend, isHeld, describe, dropped (of a permit's handle)
+//   grant, grantTime                     who and when the last grant was
 //   CancelToken                          cancel
 //   remove(key), version()
 //
@@ -26,7 +27,10 @@
 
 #include <shmsem/shmsem.h>
 
+#include <time.h>
+
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -197,21 +201,30 @@ struct addon_data {
   Napi::FunctionReference token_ctor;
   handle_table<shmsem_permit> permits;
   semaphore_table semaphores = std::make_shared<handle_table<shmsem_sem>>();
-  // Who the last grant handed over is, written by each call that returns a
-  // handle: the permit id's low and high 32 bits, then the fencing token's.
-  // JavaScript reads it (exports.grant, a Uint32Array) at once, before any
-  // other call into the addon: four numbers cost less than the string and
-  // the BigInt that every grant would otherwise make.
+  // Who the last grant handed over is, and when, written by each call that
+  // returns a permit's handle. JavaScript reads it (exports.grant, a
+  // Uint32Array of the first four fields, and exports.grantTime, a
+  // Float64Array of the last) at once, before any other call into the
+  // addon: numbers cost less than the string and the BigInt that every
+  // grant would otherwise make.
+  struct grant_record {
+    uint32_t id_low, id_high, token_low, token_high;
+    // The wall clock in Date.now() milliseconds, to the kernel's tick
+    // (CLOCK_REALTIME_COARSE, a few ns in the vDSO; Date.now() costs ~40):
+    // the library keeps a lease's times to the tick as well.
+    double wall_ms;
+  };
   Napi::Reference<Napi::ArrayBuffer> grant_buffer;
-  uint32_t* grant = nullptr;
+  grant_record* grant = nullptr;
 
   void describe(const shmsem_permit* p) {
     uint64_t id = shmsem_permit_id(p);
     uint64_t token = shmsem_permit_fencing_token(p);
-    grant[0] = static_cast<uint32_t>(id);
-    grant[1] = static_cast<uint32_t>(id >> 32);
-    grant[2] = static_cast<uint32_t>(token);
-    grant[3] = static_cast<uint32_t>(token >> 32);
+    timespec now{};
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    *grant = {static_cast<uint32_t>(id), static_cast<uint32_t>(id >> 32),
+              static_cast<uint32_t>(token), static_cast<uint32_t>(token >> 32),
+              static_cast<double>(now.tv_sec) * 1000 + static_cast<double>(now.tv_nsec / 1000000)};
   }
 
   // The table takes p; returns its handle, with `grant` describing it. If
@@ -654,12 +667,14 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData(data);
   Napi::Function token = CancelToken::define(env);
   data->token_ctor = Napi::Persistent(token);
-  Napi::ArrayBuffer grant = Napi::ArrayBuffer::New(env, 4 * sizeof(uint32_t));
-  data->grant = static_cast<uint32_t*>(grant.Data());
+  Napi::ArrayBuffer grant = Napi::ArrayBuffer::New(env, sizeof(addon_data::grant_record));
+  data->grant = static_cast<addon_data::grant_record*>(grant.Data());
   data->grant_buffer = Napi::Persistent(grant);
   exports.Set("Semaphore", Semaphore::define(env));
   exports.Set("CancelToken", token);
   exports.Set("grant", Napi::Uint32Array::New(env, 4, grant, 0));
+  exports.Set("grantTime",
+              Napi::Float64Array::New(env, 1, grant, offsetof(addon_data::grant_record, wall_ms)));
   exports.Set("tryAcquire", Napi::Function::New<try_acquire_by_handle>(env, "tryAcquire"));
   exports.Set("release", Napi::Function::New<release_permit>(env, "release"));
   exports.Set("dropped", Napi::Function::New<drop_permit>(env, "dropped"));
