@@ -23,6 +23,10 @@ const uint64 = (lo, hi) => (hi === 0 ? String(lo) : ((BigInt(hi) << 32n) | BigIn
 
 const SETTLED = Promise.resolve();
 
+// The addon's functions of every acquire and release, held here rather
+// than looked up on its exports object at each call.
+const { tryAcquire: tryAcquireNative, release: releaseNative } = native;
+
 // Only the service makes permits: it passes this to the constructor.
 const MINT = Symbol('shmsem.Permit');
 
@@ -136,7 +140,7 @@ class Permit {
     this.#released = true;
     if (this.#renewTimer !== null) this.stopAutoRenew();
     try {
-      native.release(this.#handle);
+      releaseNative(this.#handle);
     } catch (e) {
       if (errors.codeName(e) === 'SHMSEM_ENOTHELD') {
         return Promise.reject(new errors.SemaphorePermitNotHeldError(this.key, this.permitId, e.message));
@@ -232,7 +236,7 @@ class SemaphoreService {
       this.#handle(key, permits);
       semaphore = this.#grantable.get(key);
     }
-    return semaphore === null ? undefined : native.tryAcquire(semaphore, o.weight, o.ttl);
+    return semaphore === null ? undefined : tryAcquireNative(semaphore, o.weight, o.ttl);
   }
 
   // The handle of an existing semaphore, or null if there is none.
