@@ -82,9 +82,11 @@ function checkOptions(options, name = 'options') {
   return options;
 }
 
+const NO_OPTIONS = Object.freeze({});
+
 // The acquire options with the service's defaults applied, checked.
 function acquireOptions(options, defaults, permits) {
-  const o = checkOptions(options);
+  const o = options === undefined ? NO_OPTIONS : checkOptions(options);
   const ttl = o.ttl !== undefined ? checkTtl(o.ttl, 'options.ttl') : defaults.ttl;
   const autoRenew = o.autoRenew !== undefined ? checkBoolean(o.autoRenew, 'options.autoRenew')
     : defaults.autoRenew;

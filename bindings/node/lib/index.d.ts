@@ -41,7 +41,7 @@ export declare class Permit {
   readonly weight: number;
   /** 0: no TTL. */
   readonly ttl: number;
-  /** Date.now() at the grant. */
+  /** The wall clock at the grant, in Date.now() milliseconds to the kernel's tick. */
   readonly acquiredAt: number;
   /** Date.now() at which the lease lapses; Infinity without TTL. */
   readonly expiresAt: number;

@@ -13,27 +13,92 @@ const OPEN_BARGING = 4;
 
 const isRedisKey = (key) => key.startsWith('redis://') || key.startsWith('redis+unix://');
 
+// What the addon wrote about the last grant it handed over, read at once:
+// a Uint32Array (permit id low and high 32 bits, fencing token low and
+// high) and the wall clock at the grant, in Date.now() milliseconds to the
+// kernel's tick.
+const grant = native.grant;
+const grantTime = native.grantTime;
+const uint64 = (lo, hi) => (hi === 0 ? String(lo) : ((BigInt(hi) << 32n) | BigInt(lo)).toString());
+
+const SETTLED = Promise.resolve();
+
+// The addon's functions of every acquire and release, held here rather
+// than looked up on its exports object at each call.
+const { tryAcquire: tryAcquireNative, release: releaseNative } = native;
+
+// Only the service makes permits: it passes this to the constructor.
+const MINT = Symbol('shmsem.Permit');
+
+// A Permit collected unreleased gives its seats back: the registry's
+// callback hands its handle to the addon, which releases it if it is still
+// held. Registering every grant would cost about as much as the rest of an
+// uncontended acquire and release together, and most permits are released
+// within the turn of the event loop that took them; so a grant goes on
+// `unwatched` (a strong reference: it cannot be collected there), and at the
+// end of the turn, or when the list is long, the permits still held on it
+// are registered and the rest forgotten.
+const registry = new FinalizationRegistry((handle) => native.dropped(handle));
+const SWEEP_AT = 512;
+let unwatched = [];
+let sweepTimer = null;
+
 class Permit {
-  #native;
+  #handle;
   #service;
   #released = false;
   #renewTimer = null;
+  #id;
+  #idHigh;
+  #token;
+  #tokenHigh;
 
   /** Made by SemaphoreService only. */
-  constructor(nativePermit, service, key, ttl) {
-    if (!(nativePermit instanceof native.Permit) || !(service instanceof SemaphoreService)) {
-      throw args.typeError('Permit', 'made by SemaphoreService.acquire or tryAcquire', nativePermit);
+  constructor(mint, handle, service, key, weight, ttl) {
+    if (mint !== MINT) {
+      throw args.typeError('Permit', 'made by SemaphoreService.acquire or tryAcquire', mint);
     }
-    this.#native = nativePermit;
+    this.#handle = handle;
     this.#service = service;
+    this.#id = grant[0];
+    this.#idHigh = grant[1];
+    this.#token = grant[2];
+    this.#tokenHigh = grant[3];
     this.key = key;
-    this.permitId = nativePermit.id();
-    this.weight = nativePermit.weight();
+    this.weight = weight;
     this.ttl = ttl;
-    this.acquiredAt = Date.now();
+    this.acquiredAt = grantTime[0];
     this.expiresAt = ttl > 0 ? this.acquiredAt + ttl : Infinity;
-    const token = nativePermit.fencingToken();
-    this.fencingToken = token === 0n ? null : token;
+    unwatched.push(this);
+    if (unwatched.length >= SWEEP_AT) {
+      Permit.#sweep();
+    } else if (sweepTimer === null) {
+      sweepTimer = setImmediate(Permit.#sweep);
+      sweepTimer.unref();
+    }
+  }
+
+  static #sweep() {
+    if (sweepTimer !== null) {
+      clearImmediate(sweepTimer);
+      sweepTimer = null;
+    }
+    const list = unwatched;
+    unwatched = [];
+    for (const permit of list) {
+      if (!permit.#released) registry.register(permit, permit.#handle);
+    }
+  }
+
+  /** Unique within its semaphore: a decimal string, as ids are 64-bit. */
+  get permitId() {
+    return uint64(this.#id, this.#idHigh);
+  }
+
+  /** A bigint where the semaphore has fencing tokens, else null. */
+  get fencingToken() {
+    if (this.#token === 0 && this.#tokenHigh === 0) return null;
+    return (BigInt(this.#tokenHigh) << 32n) | BigInt(this.#token);
   }
 
   get isAutoRenewing() {
@@ -47,7 +112,7 @@ class Permit {
     this.#service._renewing(this, true);
     this.#renewTimer = setInterval(() => {
       try {
-        this.#native.extend(this.ttl);
+        native.extend(this.#handle, this.ttl);
         this.expiresAt = Date.now() + this.ttl;
       } catch (e) {
         this.stopAutoRenew();
@@ -66,20 +131,23 @@ class Permit {
     }
   }
 
-  /** Frees the seats. Idempotent. Throws SemaphorePermitNotHeldError when they
-   * were lost first (TTL, force-released): the bound was not held throughout. */
-  async release() {
-    if (this.#released) return;
+  /** Frees the seats. Idempotent. Rejects with SemaphorePermitNotHeldError when
+   * they were lost first (TTL, force-released): the bound was not held throughout.
+   * Not an async function: the settled promise it returns is shared, which
+   * spares a promise per release. */
+  release() {
+    if (this.#released) return SETTLED;
     this.#released = true;
-    this.stopAutoRenew();
+    if (this.#renewTimer !== null) this.stopAutoRenew();
     try {
-      this.#native.release();
+      releaseNative(this.#handle);
     } catch (e) {
       if (errors.codeName(e) === 'SHMSEM_ENOTHELD') {
-        throw new errors.SemaphorePermitNotHeldError(this.key, this.permitId, e.message);
+        return Promise.reject(new errors.SemaphorePermitNotHeldError(this.key, this.permitId, e.message));
       }
-      throw errors.libraryError(e, this.key);
+      return Promise.reject(errors.libraryError(e, this.key));
     }
+    return SETTLED;
   }
 
   /** Sets the expiry to now + ttl ms. SemaphoreExtensionError when the seats were
@@ -91,7 +159,7 @@ class Permit {
         `permit ${this.permitId} of ${this.key} was released already`);
     }
     try {
-      this.#native.extend(ttl);
+      native.extend(this.#handle, ttl);
     } catch (e) {
       if (errors.codeName(e) === 'SHMSEM_EEXTEND') {
         this.stopAutoRenew();
@@ -104,12 +172,16 @@ class Permit {
   }
 
   async isHeld() {
-    return !this.#released && this.#native.isHeld();
+    return !this.#released && native.isHeld(this.#handle);
   }
+
 }
 
 class SemaphoreService {
   #handles = new Map();
+  // key -> the handle of its shared-memory semaphore for the addon's plain
+  // functions, or null for a Redis key.
+  #grantable = new Map();
   // The permits that renew, for shutdown to stop. Only those: a permit the
   // program drops is then collected, and its seats go back.
   #renewing = new Set();
@@ -145,9 +217,26 @@ class SemaphoreService {
     let h = this.#handles.get(key);
     if (h === undefined) {
       h = new native.Semaphore(key, permits, this.#openFlags);
-      this.#handles.set(key, h);
+      this.#keep(key, h);
     }
     return h;
+  }
+
+  #keep(key, h) {
+    this.#handles.set(key, h);
+    this.#grantable.set(key, isRedisKey(key) ? null : h.handle());
+  }
+
+  // One attempt on `key` (opened at first use) by the addon's plain
+  // function: a permit's handle or null; undefined on Redis, where a try
+  // is a round trip on this thread.
+  #try(key, permits, o) {
+    let semaphore = this.#grantable.get(key);
+    if (semaphore === undefined) {
+      this.#handle(key, permits);
+      semaphore = this.#grantable.get(key);
+    }
+    return semaphore === null ? undefined : tryAcquireNative(semaphore, o.weight, o.ttl);
   }
 
   // The handle of an existing semaphore, or null if there is none.
@@ -161,7 +250,7 @@ class SemaphoreService {
       if (errors.codeName(e) === 'SHMSEM_ENOENT') return null;
       throw errors.libraryError(e, key);
     }
-    this.#handles.set(key, h);
+    this.#keep(key, h);
     return h;
   }
 
@@ -169,8 +258,9 @@ class SemaphoreService {
     return new errors.SemaphoreAcquisitionError(key, 'shutdown', `semaphore service is shut down (${key})`);
   }
 
-  #wrap(nativePermit, key, o) {
-    const permit = new Permit(nativePermit, this, key, o.ttl);
+  // The Permit of the grant the addon handed over last (`grant` describes it).
+  #wrap(handle, key, o) {
+    const permit = new Permit(MINT, handle, this, key, o.weight, o.ttl);
     if (o.autoRenew) permit.startAutoRenew();
     return permit;
   }
@@ -181,35 +271,46 @@ class SemaphoreService {
   }
 
   /** Takes a seat (options.weight seats) of `key`, a semaphore of `permits`
-   * seats, waiting up to options.waitTimeout ms on the library's thread. */
-  async acquire(key, permits, options) {
-    args.checkKey(key);
-    args.checkPermits(permits);
-    const o = args.acquireOptions(options, this.defaults, permits);
-    if (this.#shutDown) throw this.#shutdownError(key);
-    if (o.signal !== undefined && o.signal.aborted) {
-      throw new errors.SemaphoreAcquisitionError(key, 'cancelled', `acquire of ${key} was aborted`,
-        { cause: o.signal.reason });
+   * seats, waiting up to options.waitTimeout ms on the library's thread.
+   * Free seats are taken at once, with no request for the library's thread
+   * and no trip back to the loop (a try never passes queued waiters, so the
+   * order is the same); for them this is not an async function, which
+   * spares the frame one would make for every call. */
+  acquire(key, permits, options) {
+    let o;
+    try {
+      args.checkKey(key);
+      args.checkPermits(permits);
+      o = args.acquireOptions(options, this.defaults, permits);
+      if (this.#shutDown) throw this.#shutdownError(key);
+      if (o.signal !== undefined && o.signal.aborted) {
+        throw new errors.SemaphoreAcquisitionError(key, 'cancelled', `acquire of ${key} was aborted`,
+          { cause: o.signal.reason });
+      }
+      let handle;
+      try {
+        handle = this.#try(key, permits, o);
+      } catch (e) {
+        throw errors.acquisitionError(key, e);
+      }
+      if (handle !== null && handle !== undefined) return Promise.resolve(this.#wrap(handle, key, o));
+    } catch (e) {
+      return Promise.reject(e);
     }
+    return this.#acquireWaiting(key, permits, o);
+  }
+
+  async #acquireWaiting(key, permits, o) {
     let token = null;
     let onAbort = null;
-    let nativePermit;
+    let handle;
     try {
-      const h = this.#handle(key, permits);
-      // Free seats are taken at once: no request for the library's thread
-      // and no trip back to the loop. A try never passes queued waiters, so
-      // the order is the same. Not on Redis, where a try is a round trip on
-      // this thread.
-      if (!isRedisKey(key)) {
-        nativePermit = h.tryAcquire(o.weight, o.ttl);
-        if (nativePermit !== null) return this.#wrap(nativePermit, key, o);
-      }
       if (o.signal !== undefined) {
         token = new native.CancelToken();
         onAbort = () => token.cancel();
         o.signal.addEventListener('abort', onAbort, { once: true });
       }
-      nativePermit = await h.acquire(o.weight, o.waitTimeout, o.ttl, token);
+      handle = await this.#handle(key, permits).acquire(o.weight, o.waitTimeout, o.ttl, token);
     } catch (e) {
       throw errors.acquisitionError(key, e);
     } finally {
@@ -218,13 +319,14 @@ class SemaphoreService {
     if (this.#shutDown) {
       // Won as the service shut down: give it back quietly.
       try {
-        nativePermit.release();
+        native.release(handle);
       } catch {
         // lost already: nothing to give back
       }
       throw this.#shutdownError(key);
     }
-    return this.#wrap(nativePermit, key, o);
+    native.describe(handle);
+    return this.#wrap(handle, key, o);
   }
 
   /** One attempt, never waits: a Permit, or null when the seats are not free now,
@@ -234,13 +336,14 @@ class SemaphoreService {
     args.checkPermits(permits);
     const o = args.acquireOptions(options, this.defaults, permits);
     if (this.#shutDown) return null;
-    let nativePermit;
+    let handle;
     try {
-      nativePermit = this.#handle(key, permits).tryAcquire(o.weight, o.ttl);
+      handle = this.#try(key, permits, o);
+      if (handle === undefined) handle = this.#handle(key, permits).tryAcquire(o.weight, o.ttl);
     } catch (e) {
       throw errors.acquisitionError(key, e);
     }
-    return nativePermit === null ? null : this.#wrap(nativePermit, key, o);
+    return handle === null ? null : this.#wrap(handle, key, o);
   }
 
   /** acquire, run fn, always release. A seat lost before the release is logged

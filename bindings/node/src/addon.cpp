@@ -4,11 +4,12 @@
 // with every other binding.
 //
 // What it defines (the JS layer in lib/ is the public API):
-//   open(key, permits, flags) -> Semaphore   close, acquire, tryAcquire,
-//                                            figures, forceReleaseAll, shutdown
-//   Permit                                   release, extend, isHeld, id, weight,
-//                                            fencingToken
-//   CancelToken                              cancel
+//   new Semaphore(key, permits, flags)   close, acquire, tryAcquire, handle,
+//                                        figures, forceReleaseAll, shutdown
+//   tryAcquire(semaphore's handle, n, ttl)
+//   release, extend, isHeld, describe, dropped (of a permit's handle)
+//   grant, grantTime                     who and when the last grant was
+//   CancelToken                          cancel
 //   remove(key), version()
 //
 // Rules it keeps:
@@ -20,17 +21,22 @@
 //     pool; its callback hands the outcome to the loop through a
 //     napi_threadsafe_function created for that request.
 //   - A handle is passed to the C ABI only while it is live: each wrapper
-//     clears its pointer when it frees the handle.
+//     clears its pointer when it frees the handle, and a permit's handle is
+//     looked up in the table of the permits held (permit_table).
 #include <napi.h>
 
 #include <shmsem/shmsem.h>
 
+#include <time.h>
+
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -53,14 +59,21 @@ Napi::Error shmsem_error(Napi::Env env, int code, const std::string& message) {
   throw Napi::RangeError::New(env, what);
 }
 
+// A number argument, else a TypeError. One N-API call: it runs on every
+// acquire and release.
+double number_arg(const Napi::CallbackInfo& info, size_t i, const char* name) {
+  double v = 0;
+  if (i >= info.Length() || napi_get_value_double(info.Env(), info[i], &v) != napi_ok) {
+    throw_type(info.Env(), std::string(name) + " must be a number");
+  }
+  return v;
+}
+
 // An integer argument in [lo, hi]: finite, whole, in range; else a typed error.
 int64_t integer_arg(const Napi::CallbackInfo& info, size_t i, const char* name, int64_t lo,
                     int64_t hi) {
   Napi::Env env = info.Env();
-  if (i >= info.Length() || !info[i].IsNumber()) {
-    throw_type(env, std::string(name) + " must be a number");
-  }
-  double v = info[i].As<Napi::Number>().DoubleValue();
+  double v = number_arg(info, i, name);
   if (!std::isfinite(v) || std::trunc(v) != v || v < static_cast<double>(lo) ||
       v > static_cast<double>(hi)) {
     throw_range(env, std::string(name) + " must be an integer in [" + std::to_string(lo) + ", " +
@@ -81,108 +94,229 @@ std::string string_arg(const Napi::CallbackInfo& info, size_t i, const char* nam
   return s;
 }
 
-struct addon_data {
-  Napi::FunctionReference permit_ctor;
-  Napi::FunctionReference token_ctor;
-};
-
-class Permit : public Napi::ObjectWrap<Permit> {
+// Handles for JavaScript: a native object that JavaScript names by a number
+// (slot and generation) rather than by a wrapped object. The permits this
+// instance of the addon holds live here: an object per grant, with its
+// weak reference and its finalizer queued and drained, cost several times
+// the grant itself (lib/service.js watches for a Permit collected
+// unreleased and gives its seats back through dropped()). So do the open
+// semaphores, for the calls of every acquire and release, which as plain
+// functions skip the lookup of a wrapped object's native half. A handle
+// that was taken back, never given, or is of an earlier generation of its
+// slot names nothing: it is refused, never followed.
+template <class T>
+class handle_table {
  public:
-  static Napi::Function define(Napi::Env env) {
-    return DefineClass(env, "Permit",
-                       {
-                           InstanceMethod<&Permit::release>("release"),
-                           InstanceMethod<&Permit::extend>("extend"),
-                           InstanceMethod<&Permit::is_held>("isHeld"),
-                           InstanceMethod<&Permit::id>("id"),
-                           InstanceMethod<&Permit::weight>("weight"),
-                           InstanceMethod<&Permit::fencing_token>("fencingToken"),
-                       });
+  handle_table() = default;
+  handle_table(const handle_table&) = delete;
+  handle_table& operator=(const handle_table&) = delete;
+
+  // Adds p and returns its handle; throws (SHMSEM_ENOMEM) when the table
+  // is full or memory is short, and p stays the caller's.
+  double add(Napi::Env env, T* p) {
+    if (free_.empty()) {
+      if (slots_.size() >= kMaxSlots) {
+        throw shmsem_error(env, SHMSEM_ENOMEM,
+                           "shmsem: more than " + std::to_string(kMaxSlots) +
+                               " handles in use at once in one JavaScript environment");
+      }
+      // Room in free_ for every slot, so that take() never allocates.
+      free_.reserve(slots_.size() + 1);
+      generation_.push_back(1);
+      slots_.push_back(nullptr);
+      free_.push_back(static_cast<uint32_t>(slots_.size() - 1));
+    }
+    uint32_t slot = free_.back();
+    free_.pop_back();
+    slots_[slot] = p;
+    return static_cast<double>(generation_[slot]) * kSlotSpan + slot;
   }
 
-  // Wraps a permit the C ABI handed over; the new object owns it. If the
-  // object cannot be made, the seats go back before the error is thrown.
-  static Napi::Object wrap(Napi::Env env, shmsem_permit* p) {
-    Napi::Object o;
+  // What a handle names now, or nullptr.
+  T* find(double handle) const noexcept {
+    uint32_t slot = 0;
+    return locate(handle, slot) ? slots_[slot] : nullptr;
+  }
+
+  // Forgets what a handle names and returns it, or nullptr. The handle
+  // names nothing from here on (until its slot's generation wraps, after
+  // 2^32 uses of that slot).
+  T* take(double handle) noexcept {
+    uint32_t slot = 0;
+    if (!locate(handle, slot)) {
+      return nullptr;
+    }
+    T* p = slots_[slot];
+    slots_[slot] = nullptr;
+    generation_[slot] = generation_[slot] == UINT32_MAX ? 1 : generation_[slot] + 1;
+    free_.push_back(slot);
+    return p;
+  }
+
+  // Everything the table still names.
+  const std::vector<T*>& slots() const noexcept { return slots_; }
+
+ private:
+  static constexpr uint32_t kMaxSlots = 1u << 21;
+  static constexpr double kSlotSpan = kMaxSlots;
+  // Generations are 32 bits, so every handle is below 2^53: exact as a
+  // JavaScript number.
+  static constexpr double kEndHandle = 4294967296.0 * kSlotSpan;
+
+  bool locate(double handle, uint32_t& slot) const noexcept {
+    if (!(handle >= kSlotSpan && handle < kEndHandle) || std::trunc(handle) != handle) {
+      return false;
+    }
+    auto h = static_cast<uint64_t>(handle);
+    slot = static_cast<uint32_t>(h % kMaxSlots);
+    return slot < slots_.size() && slots_[slot] != nullptr &&
+           generation_[slot] == static_cast<uint32_t>(h / kMaxSlots);
+  }
+
+  std::vector<T*> slots_;             // nullptr: free
+  std::vector<uint32_t> generation_;  // of each slot, from 1
+  std::vector<uint32_t> free_;
+};
+
+// The open semaphores: shared by the instance and each Semaphore object,
+// so that whichever the environment's teardown ends last frees it.
+using semaphore_table = std::shared_ptr<handle_table<shmsem_sem>>;
+
+struct addon_data {
+  addon_data() = default;
+  addon_data(const addon_data&) = delete;
+  addon_data& operator=(const addon_data&) = delete;
+
+  // The instance ends (a worker thread exits, or the environment is torn
+  // down) with permits still held: their seats go back, as they would
+  // from a collected permit.
+  ~addon_data() {
+    for (shmsem_permit* p : permits.slots()) {
+      if (p != nullptr) {
+        shmsem_release(p);
+      }
+    }
+  }
+
+  Napi::FunctionReference token_ctor;
+  handle_table<shmsem_permit> permits;
+  semaphore_table semaphores = std::make_shared<handle_table<shmsem_sem>>();
+  // Who the last grant handed over is, and when, written by each call that
+  // returns a permit's handle. JavaScript reads it (exports.grant, a
+  // Uint32Array of the first four fields, and exports.grantTime, a
+  // Float64Array of the last) at once, before any other call into the
+  // addon: numbers cost less than the string and the BigInt that every
+  // grant would otherwise make.
+  struct grant_record {
+    uint32_t id_low, id_high, token_low, token_high;
+    // The wall clock in Date.now() milliseconds, to the kernel's tick
+    // (CLOCK_REALTIME_COARSE, a few ns in the vDSO; Date.now() costs ~40):
+    // the library keeps a lease's times to the tick as well.
+    double wall_ms;
+  };
+  Napi::Reference<Napi::ArrayBuffer> grant_buffer;
+  grant_record* grant = nullptr;
+
+  void describe(const shmsem_permit* p) {
+    uint64_t id = shmsem_permit_id(p);
+    uint64_t token = shmsem_permit_fencing_token(p);
+    timespec now{};
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    *grant = {static_cast<uint32_t>(id), static_cast<uint32_t>(id >> 32),
+              static_cast<uint32_t>(token), static_cast<uint32_t>(token >> 32),
+              static_cast<double>(now.tv_sec) * 1000 + static_cast<double>(now.tv_nsec / 1000000)};
+  }
+
+  // The table takes p; returns its handle, with `grant` describing it. If
+  // there is no room, p's seats go back before the error is thrown.
+  Napi::Value hand_over(Napi::Env env, shmsem_permit* p) {
+    describe(p);
     try {
-      o = env.GetInstanceData<addon_data>()->permit_ctor.New({});
+      return Napi::Number::New(env, permits.add(env, p));
     } catch (...) {
       shmsem_release(p);
       throw;
     }
-    Unwrap(o)->permit_ = p;
-    return o;
   }
-
-  explicit Permit(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Permit>(info) {}
-
-  // A permit the program dropped without releasing gives its seats back, as
-  // the C++ Permit's destructor does; the warning is the library's.
-  ~Permit() override {
-    if (permit_ != nullptr) {
-      shmsem_release(permit_);
-    }
-  }
-
- private:
-  shmsem_permit* live(Napi::Env env) {
-    if (permit_ == nullptr) {
-      throw shmsem_error(env, SHMSEM_ENOTHELD, "the permit was released already");
-    }
-    return permit_;
-  }
-
-  // Frees the handle whatever the outcome, as shmsem_release does; throws
-  // (shmsemCode SHMSEM_ENOTHELD) when the seats were lost first, and on a
-  // second call.
-  Napi::Value release(const Napi::CallbackInfo& info) {
-    shmsem_permit* p = live(info.Env());
-    permit_ = nullptr;
-    if (int rc = shmsem_release(p); rc != SHMSEM_OK) {
-      throw_last(info.Env(), rc);
-    }
-    return info.Env().Undefined();
-  }
-
-  Napi::Value extend(const Napi::CallbackInfo& info) {
-    shmsem_permit* p = live(info.Env());
-    int64_t ttl = integer_arg(info, 0, "ttl", 1, 1000000000);
-    if (int rc = shmsem_extend(p, ttl); rc != SHMSEM_OK) {
-      throw_last(info.Env(), rc);
-    }
-    return info.Env().Undefined();
-  }
-
-  Napi::Value is_held(const Napi::CallbackInfo& info) {
-    if (permit_ == nullptr) {
-      return Napi::Boolean::New(info.Env(), false);
-    }
-    int rc = shmsem_is_held(permit_);
-    if (rc < 0) {
-      throw_last(info.Env(), rc);
-    }
-    return Napi::Boolean::New(info.Env(), rc == 1);
-  }
-
-  // The id as a decimal string: a 64-bit value does not fit a JS number.
-  Napi::Value id(const Napi::CallbackInfo& info) {
-    return Napi::String::New(info.Env(), std::to_string(shmsem_permit_id(live(info.Env()))));
-  }
-
-  Napi::Value weight(const Napi::CallbackInfo& info) {
-    int w = shmsem_permit_weight(live(info.Env()));
-    if (w < 0) {
-      throw_last(info.Env(), w);
-    }
-    return Napi::Number::New(info.Env(), w);
-  }
-
-  Napi::Value fencing_token(const Napi::CallbackInfo& info) {
-    return Napi::BigInt::New(info.Env(), shmsem_permit_fencing_token(live(info.Env())));
-  }
-
-  shmsem_permit* permit_ = nullptr;
 };
+
+addon_data& data_of(Napi::Env env) {
+  return *env.GetInstanceData<addon_data>();
+}
+
+// A handle argument: a number, else a TypeError. Whether it names a permit
+// is the table's question.
+double handle_arg(const Napi::CallbackInfo& info) {
+  return number_arg(info, 0, "permit (a permit's handle)");
+}
+
+[[noreturn]] void throw_not_held(Napi::Env env) {
+  throw shmsem_error(env, SHMSEM_ENOTHELD, "the permit was released already");
+}
+
+// release(handle): frees the handle whatever the outcome, as shmsem_release
+// does; throws (shmsemCode SHMSEM_ENOTHELD) when the seats were lost first,
+// and for a handle that names no permit (released already).
+Napi::Value release_permit(const Napi::CallbackInfo& info) {
+  shmsem_permit* p = data_of(info.Env()).permits.take(handle_arg(info));
+  if (p == nullptr) {
+    throw_not_held(info.Env());
+  }
+  if (int rc = shmsem_release(p); rc != SHMSEM_OK) {
+    throw_last(info.Env(), rc);
+  }
+  return info.Env().Undefined();
+}
+
+// dropped(handle): the seats of a permit that JavaScript collected
+// unreleased go back; nothing if it was released. Never throws: it runs
+// from a FinalizationRegistry callback.
+Napi::Value drop_permit(const Napi::CallbackInfo& info) {
+  if (info.Length() >= 1 && info[0].IsNumber()) {
+    shmsem_permit* p = data_of(info.Env()).permits.take(info[0].As<Napi::Number>().DoubleValue());
+    if (p != nullptr) {
+      shmsem_release(p);
+    }
+  }
+  return info.Env().Undefined();
+}
+
+// extend(handle, ttlMs)
+Napi::Value extend_permit(const Napi::CallbackInfo& info) {
+  shmsem_permit* p = data_of(info.Env()).permits.find(handle_arg(info));
+  if (p == nullptr) {
+    throw_not_held(info.Env());
+  }
+  int64_t ttl = integer_arg(info, 1, "ttl", 1, 1000000000);
+  if (int rc = shmsem_extend(p, ttl); rc != SHMSEM_OK) {
+    throw_last(info.Env(), rc);
+  }
+  return info.Env().Undefined();
+}
+
+// isHeld(handle): false for a handle that names no permit.
+Napi::Value permit_is_held(const Napi::CallbackInfo& info) {
+  shmsem_permit* p = data_of(info.Env()).permits.find(handle_arg(info));
+  if (p == nullptr) {
+    return Napi::Boolean::New(info.Env(), false);
+  }
+  int rc = shmsem_is_held(p);
+  if (rc < 0) {
+    throw_last(info.Env(), rc);
+  }
+  return Napi::Boolean::New(info.Env(), rc == 1);
+}
+
+// describe(handle): fills `grant` for the permit, as a grant does.
+Napi::Value describe_permit(const Napi::CallbackInfo& info) {
+  addon_data& data = data_of(info.Env());
+  shmsem_permit* p = data.permits.find(handle_arg(info));
+  if (p == nullptr) {
+    throw_not_held(info.Env());
+  }
+  data.describe(p);
+  return info.Env().Undefined();
+}
 
 class CancelToken : public Napi::ObjectWrap<CancelToken> {
  public:
@@ -265,10 +399,10 @@ void settle_on_loop(Napi::Env env, Napi::Function, gate_ref*, acquire_request* r
   try {
     Napi::HandleScope scope(env);
     if (r->status == SHMSEM_OK) {
-      // The Permit object owns the seats from here, even if it throws.
+      // The table owns the seats from here, even if it throws.
       shmsem_permit* p = r->permit;
       r->permit = nullptr;
-      r->deferred.Resolve(Permit::wrap(env, p));
+      r->deferred.Resolve(data_of(env).hand_over(env, p));
     } else {
       r->deferred.Reject(shmsem_error(env, r->status, r->message).Value());
     }
@@ -306,6 +440,27 @@ void acquire_done(int status, shmsem_permit* permit, void* ctx) noexcept {
   tsfn.Release();
 }
 
+// One attempt, never waits: the handle of a new permit, or null when the
+// seats are not free now or n exceeds the capacity. Arguments from `first`:
+// n, ttlMs.
+Napi::Value try_grant(const Napi::CallbackInfo& info, size_t first, shmsem_sem* s) {
+  Napi::Env env = info.Env();
+  shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
+  o.n = static_cast<uint32_t>(integer_arg(info, first, "weight", 1, 1000000));
+  o.ttl_ms = integer_arg(info, first + 1, "ttl", 0, 1000000000);
+  o.wait_timeout_ms = 0;
+  o.auto_renew = 0;
+  shmsem_permit* permit = nullptr;
+  int rc = shmsem_acquire(s, &o, &permit);
+  if (rc == SHMSEM_OK) {
+    return data_of(env).hand_over(env, permit);
+  }
+  if (rc == SHMSEM_ETIMEDOUT || rc == SHMSEM_EUNAVAILABLE || rc == SHMSEM_EEXCEEDS) {
+    return env.Null();
+  }
+  throw_last(env, rc);
+}
+
 class Semaphore : public Napi::ObjectWrap<Semaphore> {
  public:
   static Napi::Function define(Napi::Env env) {
@@ -314,6 +469,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
                            InstanceMethod<&Semaphore::close>("close"),
                            InstanceMethod<&Semaphore::acquire>("acquire"),
                            InstanceMethod<&Semaphore::try_acquire>("tryAcquire"),
+                           InstanceMethod<&Semaphore::handle>("handle"),
                            InstanceMethod<&Semaphore::capacity>("capacity"),
                            InstanceMethod<&Semaphore::used>("used"),
                            InstanceMethod<&Semaphore::available>("available"),
@@ -335,9 +491,20 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     if (int rc = shmsem_open_ex(key.c_str(), permits, &o, &sem_); rc != SHMSEM_OK) {
       throw_last(env, rc);
     }
+    try {
+      table_ = data_of(env).semaphores;
+      handle_ = table_->add(env, sem_);
+    } catch (...) {
+      shmsem_close(sem_);
+      sem_ = nullptr;
+      throw;
+    }
   }
 
-  ~Semaphore() override { shmsem_close(sem_); }
+  ~Semaphore() override {
+    forget();
+    shmsem_close(sem_);
+  }
 
  private:
   shmsem_sem* live(Napi::Env env) {
@@ -347,16 +514,29 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     return sem_;
   }
 
+  // Its handle names nothing from here on.
+  void forget() noexcept {
+    if (sem_ != nullptr && table_) {
+      table_->take(handle_);
+    }
+  }
+
+  // The semaphore's handle, for the plain functions (tryAcquire).
+  Napi::Value handle(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), handle_);
+  }
+
   // Cancels the handle's waiting acquires (their promises reject once the
   // loop runs their callbacks) and frees it. Idempotent.
   Napi::Value close(const Napi::CallbackInfo& info) {
+    forget();
     shmsem_sem* s = sem_;
     sem_ = nullptr;
     shmsem_close(s);
     return info.Env().Undefined();
   }
 
-  // acquire(n, waitTimeoutMs, ttlMs, token) -> Promise<Permit>. waitTimeoutMs
+  // acquire(n, waitTimeoutMs, ttlMs, token) -> Promise<handle>. waitTimeoutMs
   // < 0 waits for ever; token is a CancelToken or null.
   Napi::Value acquire(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -401,7 +581,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
       return promise;
     }
     if (rc == SHMSEM_OK) {
-      r->deferred.Resolve(Permit::wrap(env, permit));
+      r->deferred.Resolve(data_of(env).hand_over(env, permit));
     } else {
       r->deferred.Reject(shmsem_error(env, rc, shmsem_last_error()).Value());
     }
@@ -409,25 +589,10 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
     return promise;
   }
 
-  // tryAcquire(n, ttlMs) -> Permit | null: one attempt, never waits; null
+  // tryAcquire(n, ttlMs) -> handle | null: one attempt, never waits; null
   // when the seats are not free now or n exceeds the capacity.
   Napi::Value try_acquire(const Napi::CallbackInfo& info) {
-    Napi::Env env = info.Env();
-    shmsem_sem* s = live(env);
-    shmsem_acquire_options o = SHMSEM_ACQUIRE_OPTIONS_INIT;
-    o.n = static_cast<uint32_t>(integer_arg(info, 0, "weight", 1, 1000000));
-    o.ttl_ms = integer_arg(info, 1, "ttl", 0, 1000000000);
-    o.wait_timeout_ms = 0;
-    o.auto_renew = 0;
-    shmsem_permit* permit = nullptr;
-    int rc = shmsem_acquire(s, &o, &permit);
-    if (rc == SHMSEM_OK) {
-      return Permit::wrap(env, permit);
-    }
-    if (rc == SHMSEM_ETIMEDOUT || rc == SHMSEM_EUNAVAILABLE || rc == SHMSEM_EEXCEEDS) {
-      return env.Null();
-    }
-    throw_last(env, rc);
+    return try_grant(info, 0, live(info.Env()));
   }
 
   Napi::Value figure(const Napi::CallbackInfo& info, int64_t (*read)(const shmsem_sem*)) {
@@ -470,7 +635,19 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
   }
 
   shmsem_sem* sem_ = nullptr;
+  semaphore_table table_;
+  double handle_ = 0;
 };
+
+// tryAcquire(semaphore, n, ttlMs): the same as the method, by the
+// semaphore's handle.
+Napi::Value try_acquire_by_handle(const Napi::CallbackInfo& info) {
+  shmsem_sem* s = data_of(info.Env()).semaphores->find(number_arg(info, 0, "semaphore"));
+  if (s == nullptr) {
+    throw shmsem_error(info.Env(), SHMSEM_EINVAL, "the semaphore was closed");
+  }
+  return try_grant(info, 1, s);
+}
 
 Napi::Value remove_key(const Napi::CallbackInfo& info) {
   std::string key = string_arg(info, 0, "key");
@@ -487,14 +664,23 @@ Napi::Value version(const Napi::CallbackInfo& info) {
 
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   auto* data = new addon_data;
-  Napi::Function permit = Permit::define(env);
-  Napi::Function token = CancelToken::define(env);
-  data->permit_ctor = Napi::Persistent(permit);
-  data->token_ctor = Napi::Persistent(token);
   env.SetInstanceData(data);
+  Napi::Function token = CancelToken::define(env);
+  data->token_ctor = Napi::Persistent(token);
+  Napi::ArrayBuffer grant = Napi::ArrayBuffer::New(env, sizeof(addon_data::grant_record));
+  data->grant = static_cast<addon_data::grant_record*>(grant.Data());
+  data->grant_buffer = Napi::Persistent(grant);
   exports.Set("Semaphore", Semaphore::define(env));
-  exports.Set("Permit", permit);
   exports.Set("CancelToken", token);
+  exports.Set("grant", Napi::Uint32Array::New(env, 4, grant, 0));
+  exports.Set("grantTime",
+              Napi::Float64Array::New(env, 1, grant, offsetof(addon_data::grant_record, wall_ms)));
+  exports.Set("tryAcquire", Napi::Function::New<try_acquire_by_handle>(env, "tryAcquire"));
+  exports.Set("release", Napi::Function::New<release_permit>(env, "release"));
+  exports.Set("dropped", Napi::Function::New<drop_permit>(env, "dropped"));
+  exports.Set("extend", Napi::Function::New<extend_permit>(env, "extend"));
+  exports.Set("isHeld", Napi::Function::New<permit_is_held>(env, "isHeld"));
+  exports.Set("describe", Napi::Function::New<describe_permit>(env, "describe"));
   exports.Set("remove", Napi::Function::New<remove_key>(env, "remove"));
   exports.Set("version", Napi::Function::New<version>(env, "version"));
   return exports;

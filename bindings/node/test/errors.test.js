@@ -69,17 +69,47 @@ test('the addon checks its own arguments', () => {
   assert.throws(() => new native.Semaphore(), TypeError);
   assert.throws(() => new native.Semaphore('k', 0, 0), RangeError);
   assert.throws(() => new native.Semaphore('k', 1, -1), RangeError);
-  const bare = new native.Permit();
-  assert.throws(() => bare.release(), { shmsemCode: -3 });
-  assert.throws(() => bare.extend(10), { shmsemCode: -3 });
-  assert.equal(bare.isHeld(), false);
+  // A permit's handle that names no permit (never given, or released) is
+  // refused, never followed.
+  for (const handle of [0, 2 ** 21, 2 ** 21 + 7, 2 ** 53, -1, 0.5, NaN]) {
+    assert.throws(() => native.release(handle), { shmsemCode: -3 });
+    assert.throws(() => native.extend(handle, 10), { shmsemCode: -3 });
+    assert.throws(() => native.describe(handle), { shmsemCode: -3 });
+    assert.equal(native.isHeld(handle), false);
+    native.dropped(handle);
+  }
+  assert.throws(() => native.release('1'), TypeError);
+  assert.throws(() => native.isHeld(), TypeError);
+});
+
+test('a released handle names nothing, even once its slot is reused', async (t) => {
+  const key = uniqueKey(t);
+  const s = new native.Semaphore(key, 2, 0);
+  t.after(() => {
+    s.close();
+    shmsem.remove(key);
+  });
+  const first = s.tryAcquire(1, 0);
+  native.release(first);
+  const second = s.tryAcquire(1, 0);  // the same slot, the next generation
+  assert.notEqual(second, first);
+  assert.throws(() => native.release(first), { shmsemCode: -3 });
+  native.dropped(first);
+  assert.equal(native.isHeld(second), true);
+  assert.equal(s.used(), 1);
+  native.release(second);
+  assert.equal(s.used(), 0);
 });
 
 test('a closed native handle refuses every call', async (t) => {
   const key = uniqueKey(t);
   const s = new native.Semaphore(key, 1, 0);
+  const id = s.handle();
   s.close();
   s.close();
+  assert.throws(() => native.tryAcquire(id, 1, 0), { shmsemCode: -4 });
+  assert.throws(() => native.tryAcquire(2 ** 53, 1, 0), { shmsemCode: -4 });
+  assert.throws(() => native.tryAcquire('1', 1, 0), TypeError);
   assert.throws(() => s.used(), { shmsemCode: -4 });
   assert.throws(() => s.acquire(1, -1, 0, null), { shmsemCode: -4 });
   assert.throws(() => s.tryAcquire(1, 0), { shmsemCode: -4 });
@@ -102,7 +132,7 @@ function randomValue(rng, key) {
     () => fuzzKey(key + '\u{1F600}'),
     () => 10n, () => Symbol('s'), () => ({}), () => [], () => () => 1, () => new Date(),
     () => ({ ttl: randomScalar(rng), waitTimeout: randomScalar(rng), weight: randomScalar(rng) }),
-    () => new native.CancelToken(), () => new native.Permit(),
+    () => new native.CancelToken(), () => 2 ** 21 + Math.floor(rng() * 4),
   ];
   return pick[Math.floor(rng() * pick.length)]();
 }
@@ -154,12 +184,20 @@ test('fuzz: random arguments only ever give typed errors', async (t) => {
     (a) => WithSemaphore({ key: a[0], permits: a[1], ttl: a[2], onUnavailable: a[3] }),
     (a) => shmsem.remove(a[0]),
     (a) => new native.Semaphore(a[0], a[1], a[2]),
-    (a) => handle.acquire(a[0], a[1], a[2], a[3]),
-    (a) => handle.tryAcquire(a[0], a[1]),
-    (a) => new native.Permit(a[0]).extend(a[1]),
+    (a) => handle.acquire(a[0], a[1], a[2], a[3]).then(giveBack),
+    (a) => giveBack(handle.tryAcquire(a[0], a[1])),
+    (a) => giveBack(native.tryAcquire(handle.handle(), a[0], a[1])),
+    (a) => giveBack(native.tryAcquire(a[0], a[1], a[2])),
+    (a) => native.extend(a[0], a[1]),
+    (a) => native.isHeld(a[0]),
+    (a) => native.describe(a[0]),
     (a) => native.remove(a[0]),
     (a) => new shmsem.Permit(a[0], a[1], a[2], a[3]),
   ];
+  // The addon hands a grant over as a number, its handle: it goes back at once.
+  const giveBack = (h) => {
+    if (h !== null) native.release(h);
+  };
   let typed = 0;
   for (let i = 0; i < 3000; i++) {
     const fn = calls[Math.floor(rng() * calls.length)];

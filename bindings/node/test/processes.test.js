@@ -72,3 +72,58 @@ test('a permit dropped without release gives its seat back when collected', asyn
   assert.equal(await nextLine(child), '1 0');
   assert.deepEqual(await exited(child), [0, null]);
 });
+
+// Runs `body` (an async function body with sem, key and collect() in scope)
+// in a child node with --expose-gc; resolves with the line it prints.
+async function inCollectingChild(t, key, body) {
+  const child = spawn(process.execPath, ['--expose-gc', '-e', `
+    const { SemaphoreService } = require(${JSON.stringify(require('node:path').join(__dirname, '..', 'lib'))});
+    const sem = new SemaphoreService();
+    const key = ${JSON.stringify(key)};
+    const turn = () => new Promise((r) => setImmediate(r));
+    // Collects until used() is what it should be, or 20 rounds have passed.
+    const collect = async (until) => {
+      for (let i = 0; i < 20 && (await sem.usedPermits(key)) !== until; i++) {
+        global.gc();
+        await turn();
+      }
+    };
+    (async () => { ${body} })().catch((e) => { console.log('error', e.message); });
+  `], { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.after(() => child.kill('SIGKILL'));
+  const line = await nextLine(child);
+  assert.deepEqual(await exited(child), [0, null]);
+  return line;
+}
+
+test('permits dropped by the hundred within one turn give their seats back when collected', async (t) => {
+  const key = uniqueKey(t, 'gc-many');
+  // More than the JavaScript layer lets wait unwatched within one turn.
+  assert.equal(await inCollectingChild(t, key, `
+    for (let i = 0; i < 1500; i++) await sem.acquire(key, 2000);  // each dropped at once
+    const before = await sem.usedPermits(key);
+    await collect(0);
+    console.log(before, await sem.usedPermits(key));
+  `), '1500 0');
+});
+
+test('a released permit, once collected, leaves the permit that reuses its slot held', async (t) => {
+  const key = uniqueKey(t, 'gc-reuse');
+  // The first permit lives across turns, so it is watched for collection;
+  // released, its slot goes to the second, which must outlive its collection.
+  assert.equal(await inCollectingChild(t, key, `
+    let first = await sem.acquire(key, 2);
+    await turn();
+    await turn();
+    await first.release();
+    first = null;
+    const second = await sem.acquire(key, 2);
+    for (let i = 0; i < 10; i++) {
+      global.gc();
+      await turn();
+    }
+    const used = await sem.usedPermits(key);
+    await second.release();
+    console.log(used, await sem.usedPermits(key));
+  `), '1 0');
+});

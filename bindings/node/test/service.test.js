@@ -9,7 +9,10 @@ const { SemaphoreService } = shmsem;
 test('an uncontended acquire resolves and release frees the seat', async (t) => {
   const key = uniqueKey(t);
   const sem = new SemaphoreService();
+  const before = Date.now();
   const p = await sem.acquire(key, 2, { ttl: 60000 });
+  // To the kernel's tick, never after Date.now().
+  assert.ok(p.acquiredAt <= Date.now() && p.acquiredAt > before - 1000, `${before} ${p.acquiredAt}`);
   assert.equal(p.key, key);
   assert.match(p.permitId, /^[1-9][0-9]*$/);
   assert.equal(p.ttl, 60000);
@@ -21,6 +24,28 @@ test('an uncontended acquire resolves and release frees the seat', async (t) => 
   await p.release();
   await p.release(); // idempotent
   assert.equal(await p.isHeld(), false);
+  assert.equal(await sem.usedPermits(key), 0);
+});
+
+test('each permit keeps its own id, read from the grant that made it', async (t) => {
+  const key = uniqueKey(t);
+  const sem = new SemaphoreService({ fencing: true });
+  const first = await sem.acquire(key, 3);
+  const second = await sem.tryAcquire(key, 3);
+  const holder = await sem.acquire(key, 3);
+  const waiting = sem.acquire(key, 3, { waitTimeout: 10000 }); // granted on the library's thread
+  const ids = [first.permitId, second.permitId, holder.permitId];
+  assert.equal(new Set(ids).size, 3);
+  assert.ok(first.fencingToken < second.fencingToken && second.fencingToken < holder.fencingToken);
+  await holder.release();
+  const third = await waiting;
+  assert.ok(!ids.includes(third.permitId));
+  assert.ok(third.fencingToken > holder.fencingToken);
+  await first.release();
+  await second.release();
+  await third.release();
+  // Still readable once released: errors name it.
+  assert.deepEqual([first.permitId, second.permitId, holder.permitId], ids);
   assert.equal(await sem.usedPermits(key), 0);
 });
 
