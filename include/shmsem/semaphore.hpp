@@ -79,7 +79,10 @@ struct Capabilities {
 class SHMSEM_API Semaphore {
  public:
   /// Opens the semaphore `key`, creating it with capacity `permits` if it
-  /// does not exist. Race-free: when many processes open a new key at once,
+  /// does not exist. (The argument keeps the word of the key-based service
+  /// API, `shmsem::acquire(key, permits)` in <shmsem/service.hpp>, the
+  /// Redis semaphore services' word for the bound; everywhere else the
+  /// bound is called the capacity.) Race-free: when many processes open a new key at once,
   /// exactly one initializes it and the others wait (up to
   /// Options::open_timeout). If the segment exists with another capacity,
   /// the existing capacity stands (a warning is logged): opening never
