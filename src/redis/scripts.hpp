@@ -1,4 +1,4 @@
-// redis/scripts.hpp: the Lua scripts that are the Redis backend's only way
+// redis/scripts.hpp: the Lua scripts (redis/lua/*.lua) that are the Redis backend's only way
 // to change a semaphore. Each state change is one script, so it is atomic
 // on the server. The scripts are the functions of one Lua library (Redis
 // 7's FUNCTION LOAD), which the client loads on a server that lacks it and
