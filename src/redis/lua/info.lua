@@ -19,4 +19,4 @@ if ARGV[1] == '1' then
     end
   end
 end
-return {'ok', int(now), redis.call('HGETALL', P), S.queued, holders}
+return {'ok', int(now), fields(), S.queued, holders}

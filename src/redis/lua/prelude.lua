@@ -14,7 +14,7 @@
 -- instead of running it halfway.
 local P, LEASES, EXPIRY, SESSIONS, QUEUE, WAITERS, IDLE, OWN, MARKS, MARKS_DUE
 local ARGV
-local FORMAT = 'shmsem-redis/3'
+local FORMAT = 'shmsem-redis/4'
 -- Each hash and sorted set keeps this member (zsets at score +inf), so
 -- that it exists even when empty: a node that migrates a slot refuses a
 -- call while a declared key is missing, and an empty key is missing too.
@@ -88,42 +88,119 @@ end
 --           'R', sid, capacity            (rejected)
 -- `request` is the acquire's random id, by which a caller that got no
 -- reply voids it (see void()).
-local function lease_rec(r) return split(r, 7) end
-local function waiter_rec(r) return split(r, 8) end
+-- One string.match for a whole record costs about half of split()'s dozen
+-- C calls; split() still reads a record with fewer fields.
+local LEASE_FIELDS = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$'
+local WAITER_FIELDS = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$'
+local function lease_rec(r)
+  local a, b, c, d, e, f, g = string.match(r, LEASE_FIELDS)
+  if a then return {a, b, c, d, e, f, g} end
+  return split(r, 7)
+end
+local function waiter_rec(r)
+  local a, b, c, d, e, f, g, h = string.match(r, WAITER_FIELDS)
+  if a then return {a, b, c, d, e, f, g, h} end
+  return split(r, 8)
+end
 
--- The semaphore while the script runs: the fields of the main hash that
--- most scripts touch are read in one HMGET by load() and written back in
--- one HSET by save(), rather than a call per counter (each redis.call
--- costs about as much as the work it does). Rarer counters are bumped with
--- HINCRBY where they change. `queued` counts the queue, `ttls` the leases
--- with a TTL and `idlers` the wait_idle() callers, and `sdue` is at or
--- before the earliest session deadline (0: unknown), so that a script can
--- skip a call when there is nothing to look at.
-local HOT = {'format', 'epoch', 'cap', 'used', 'ew', 'ewt', 'seq', 'queued', 'ttls', 'idlers',
-             'acquired', 'released', 'w0', 'ws', 'hs', 'marks', 'sdue'}
+-- The semaphore while the script runs. Everything that most calls read
+-- and write is one field of the main hash, `state`, which load() reads with
+-- one HGET and save() writes back with one HSET: the format, then numbers
+-- packed as little-endian doubles (struct.pack), then the wait and hold
+-- histograms but for w0 (HIST_SLOTS doubles), then the epoch. Decimal fields would
+-- cost a strtod() per number read and a string.format() per number
+-- written, and an HMGET a Lua table per call: together about a third of
+-- the server's work for an acquire+release (struct.pack costs about 300
+-- instructions per number, so the histograms stay packed: hist() rewrites
+-- one bucket's 8 bytes). Doubles keep ids, times and counts exact below
+-- 2^53, as Lua's numbers do. Rarer counters are decimal fields of their own,
+-- bumped with HINCRBY where they change. `queued` counts the queue, `ttls`
+-- the leases with a TTL and `idlers` the wait_idle() callers, and `sdue`
+-- is at or before the earliest session deadline (0: unknown), so that a
+-- script can skip a call when there is nothing to look at. info() shows
+-- every number as a decimal field.
+local STATE = {'cap', 'used', 'seq', 'queued', 'ttls', 'idlers', 'marks', 'sdue', 'ew', 'ewt',
+               'acquired', 'released', 'ws', 'hs', 'w0'}
+-- Buckets w0 .. w12, then h0 .. h12: observations up to BOUNDS[i + 1] us,
+-- the last one above BOUNDS[12].
+-- w0, the waits of every acquire that found a seat at once, is a number
+-- of the state; the other 25 buckets (w1 .. w12, h0 .. h12) are packed
+-- apart, and hist() rewrites one bucket's 8 bytes there.
+local BUCKETS = #BOUNDS + 1
+local HIST_SLOTS = 2 * BUCKETS - 1
+local HIST_BYTES = 8 * HIST_SLOTS
+-- Spelled out: code run when the library loads cannot reach `string`.
+local HIST_PACK = '<ddddddddddddddddddddddddd'
+local STATE_PACK = '<c' .. #FORMAT .. 'dddddddddddddddc' .. HIST_BYTES
+local EPOCH_AT = #FORMAT + 8 * #STATE + HIST_BYTES + 1
 local S = nil
 local found_format = nil
 
+-- The `state` field of `t` (S, or the same fields at create()).
+local function pack_state(t)
+  return struct.pack(STATE_PACK, FORMAT, t.cap, t.used, t.seq, t.queued, t.ttls, t.idlers,
+                     t.marks, t.sdue, t.ew, t.ewt, t.acquired, t.released, t.ws, t.hs,
+                     t.w0, t.hist) ..
+         t.epoch
+end
+
 local function load()
-  local m = redis.pcall('HMGET', P, unpack(HOT))
-  if m.err then return 'wrongtype' end
-  if not m[1] then
+  local v = redis.pcall('HGET', P, 'state')
+  if type(v) == 'table' then return 'wrongtype' end
+  if v and #v >= EPOCH_AT then
+    local format, cap, used, seq, queued, ttls, idlers, marks, sdue, ew, ewt, acquired, released,
+          ws, hs, w0, hist = struct.unpack(STATE_PACK, v)
+    if format == FORMAT then
+      S = {epoch = string.sub(v, EPOCH_AT), cap = cap, used = used, seq = seq, queued = queued,
+           ttls = ttls, idlers = idlers, marks = marks, sdue = sdue, ew = ew, ewt = ewt,
+           acquired = acquired, released = released, ws = ws, hs = hs, w0 = w0, hist = hist,
+           msgs = nil,
+           dirty = false, used_changed = false}
+      return 'ok'
+    end
+  end
+  -- Not a semaphore in this format: what is it?
+  local f = redis.call('HGET', P, 'format')
+  if not f then
     if redis.call('EXISTS', P) == 1 then return 'garbage' end
     return 'absent'
   end
-  if m[1] ~= FORMAT and string.sub(m[1], 1, 13) == 'shmsem-redis/' then
-    found_format = m[1]
+  if f ~= FORMAT and string.sub(f, 1, 13) == 'shmsem-redis/' then
+    found_format = f
     return 'format'
   end
-  if m[1] ~= FORMAT or not tonumber(m[3]) or not tonumber(m[4]) then return 'garbage' end
-  S = {epoch = m[2], msgs = {}, dirty = {}}
-  for i = 3, #HOT do S[HOT[i]] = tonumber(m[i]) or 0 end
-  return 'ok'
+  return 'garbage'
+end
+
+-- The main hash as info() shows it: every field, with `state` spelled out
+-- as decimal fields (epoch, the numbers, w0 .. w12, h0 .. h12).
+local function fields()
+  local out = {}
+  local all = redis.call('HGETALL', P)
+  for k = 1, #all, 2 do
+    if all[k] ~= 'state' then
+      out[#out + 1] = all[k]
+      out[#out + 1] = all[k + 1]
+    end
+  end
+  out[#out + 1] = 'epoch'
+  out[#out + 1] = S.epoch
+  for _, f in ipairs(STATE) do
+    out[#out + 1] = f
+    out[#out + 1] = f == 'ew' and string.format('%.17g', S.ew) or int(S[f])
+  end
+  local counts = {struct.unpack(HIST_PACK, S.hist)}
+  for i = 1, HIST_SLOTS do
+    out[#out + 1] = (i < BUCKETS and 'w' .. i) or ('h' .. (i - BUCKETS))
+    out[#out + 1] = int(counts[i])
+  end
+  return out
 end
 
 local function set(field, v)
   S[field] = v
-  S.dirty[field] = true
+  S.dirty = true
+  if field == 'used' then S.used_changed = true end
 end
 local function add(field, d) set(field, S[field] + d) end
 
@@ -156,9 +233,12 @@ local function create(cap, epoch, now)
   -- and writes several of its fields, and in a listpack each of those is a
   -- scan and a rewrite of the whole hash (about a tenth of the server's
   -- work for an acquire+release).
-  redis.call('HSET', P, 'format', FORMAT, 'epoch', epoch, 'cap', cap, 'used', 0, 'seq', int(now),
-             'ew', 0, 'ewt', int(now), 'created', int(now), 'queued', 0, 'ttls', 0, 'idlers', 0,
-             'about', ABOUT)
+  -- `format` also stands alone, for older versions to find and name.
+  local state = pack_state({cap = cap, used = 0, seq = now, queued = 0, ttls = 0, idlers = 0,
+                            marks = 0, sdue = 0, ew = 0, ewt = now, acquired = 0, released = 0,
+                            ws = 0, hs = 0, w0 = 0, hist = string.rep(struct.pack('<d', 0), HIST_SLOTS),
+                            epoch = epoch})
+  redis.call('HSET', P, 'format', FORMAT, 'state', state, 'created', int(now), 'about', ABOUT)
 end
 
 -- Folds the time since the last change into the average, at the old use.
@@ -181,10 +261,6 @@ end
 local function hist(prefix, d)
   if d < 0 then d = 0 end
   add(prefix .. 's', d)
-  if prefix == 'w' and d <= BOUNDS[1] then
-    add('w0', 1)
-    return
-  end
   local i = #BOUNDS
   for k = 1, #BOUNDS do
     if d <= BOUNDS[k] then
@@ -192,33 +268,34 @@ local function hist(prefix, d)
       break
     end
   end
-  redis.call('HINCRBY', P, prefix .. i, 1)
+  if prefix == 'w' and i == 0 then
+    add('w0', 1)
+    return
+  end
+  local at = 8 * (prefix == 'h' and BUCKETS - 1 + i or i - 1)
+  local h = S.hist
+  S.hist = string.sub(h, 1, at) .. struct.pack('<d', struct.unpack('<d', h, at + 1) + 1) ..
+           string.sub(h, at + 9)
 end
 
 local function note(sid, m)
+  if not S.msgs then S.msgs = {} end
   local l = S.msgs[sid]
   if not l then l = {} S.msgs[sid] = l end
   l[#l + 1] = m
 end
 
 local function save()
-  -- The average is written only with a change of use or capacity: until
-  -- then, a reader folds the time since ewt in at the same use.
-  if S.dirty.used or S.dirty.cap then
-    S.dirty.ew = true
-    S.dirty.ewt = true
-  end
-  local args = {}
-  for f, _ in pairs(S.dirty) do
-    args[#args + 1] = f
-    args[#args + 1] = f == 'ew' and tostring(S.ew) or int(S[f])
-  end
-  if #args > 0 then redis.call('HSET', P, unpack(args)) end
+  -- The average goes with the rest of the state, folded up to now (fold()
+  -- at the same use from ewt to now, then on to a reader's time, is the
+  -- fold from ewt to that time). Nothing changed, nothing is written.
+  if S.dirty then redis.call('HSET', P, 'state', pack_state(S)) end
   -- Messages only hasten what the next renewal would say: a user the ACL
   -- keeps off the channels must not make a script fail after its writes.
-  if S.dirty.used and S.used == 0 and S.idlers > 0 then
+  if S.used_changed and S.used == 0 and S.idlers > 0 then
     redis.pcall('PUBLISH', P .. ':ev-idle', 'i')
   end
+  if not S.msgs then return end
   for sid, l in pairs(S.msgs) do redis.pcall('PUBLISH', P .. ':ev:' .. sid, table.concat(l, ' ')) end
 end
 
@@ -261,15 +338,16 @@ end
 
 local function new_lease(sid, n, ttl_ms, now, pid, request, host)
   local id = next_id(now)
-  local exp = 0
+  local key = int(id)
+  local exp = '0'
   if ttl_ms > 0 then
-    exp = now + ttl_ms * 1000
-    redis.call('ZADD', EXPIRY, int(exp), int(id))
+    exp = int(now + ttl_ms * 1000)
+    redis.call('ZADD', EXPIRY, exp, key)
     add('ttls', 1)
   end
-  redis.call('HSET', LEASES, int(id), sid .. '|' .. n .. '|' .. int(now) .. '|' .. int(exp) .. '|' ..
-             pid .. '|' .. request .. '|' .. host)
-  own_add(sid, 'l' .. int(id))
+  redis.call('HSET', LEASES, key, sid .. '|' .. n .. '|' .. int(now) .. '|' .. exp .. '|' .. pid ..
+             '|' .. request .. '|' .. host)
+  own_add(sid, 'l' .. key)
   add('acquired', 1)
   add('used', n)
   return id
@@ -304,6 +382,21 @@ local function expired(rec, now)
   return exp > 0 and exp <= now
 end
 
+-- For each "l<id>" the session owns whose lease is still recorded,
+-- on_lease(id, record); for each "w<id>", on_wait(id, "w<id>"). What it
+-- owns is read first, so the callbacks may change it.
+local function each_owned(sid, on_lease, on_wait)
+  for _, m in ipairs(owned(sid)) do
+    local id = string.sub(m, 2)
+    if string.sub(m, 1, 1) == 'l' then
+      local r = redis.call('HGET', LEASES, id)
+      if r then on_lease(id, lease_rec(r)) end
+    else
+      on_wait(id, m)
+    end
+  end
+end
+
 local function reap_sessions(dead, now)
   local freed = 0
   for _, sid in ipairs(dead) do
@@ -313,20 +406,13 @@ local function reap_sessions(dead, now)
       redis.call('HDEL', IDLE, sid)
       add('idlers', -idling)
     end
-    for _, m in ipairs(owned(sid)) do
-      local id = string.sub(m, 2)
-      if string.sub(m, 1, 1) == 'l' then
-        local r = redis.call('HGET', LEASES, id)
-        if r then
-          local rec = lease_rec(r)
-          end_lease(id, rec, expired(rec, now) and 'expired' or 'reaped', now)
-          freed = freed + tonumber(rec[2])
-        end
-      else
-        redis.call('HDEL', WAITERS, id)
-        dequeue(id)
-      end
-    end
+    each_owned(sid, function(id, rec)
+      end_lease(id, rec, expired(rec, now) and 'expired' or 'reaped', now)
+      freed = freed + tonumber(rec[2])
+    end, function(id)
+      redis.call('HDEL', WAITERS, id)
+      dequeue(id)
+    end)
     redis.call('HDEL', OWN, sid)
   end
   return freed
@@ -422,24 +508,17 @@ end
 -- came first.
 local function void(request, sid, now)
   mark('v' .. request, '1', now)
-  for _, m in ipairs(owned(sid)) do
-    local id = string.sub(m, 2)
-    if string.sub(m, 1, 1) == 'l' then
-      local r = redis.call('HGET', LEASES, id)
-      if r then
-        local rec = lease_rec(r)
-        if rec[6] == request then end_lease(id, rec, 'released', now) end
-      end
-    else
-      local r = redis.call('HGET', WAITERS, id)
-      local w = r and waiter_rec(r)
-      if w and ((w[1] == 'Q' and w[7] == request) or (w[1] == 'G' and w[4] == request)) then
-        redis.call('HDEL', WAITERS, id)
-        dequeue(id)
-        own_del(sid, m)
-      end
+  each_owned(sid, function(id, rec)
+    if rec[6] == request then end_lease(id, rec, 'released', now) end
+  end, function(id, m)
+    local r = redis.call('HGET', WAITERS, id)
+    local w = r and waiter_rec(r)
+    if w and ((w[1] == 'Q' and w[7] == request) or (w[1] == 'G' and w[4] == request)) then
+      redis.call('HDEL', WAITERS, id)
+      dequeue(id)
+      own_del(sid, m)
     end
-  end
+  end)
 end
 
 -- The start of a script about one lease of the caller's session (ARGV:
