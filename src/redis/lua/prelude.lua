@@ -39,21 +39,27 @@ local function int(x) return string.format('%d', x) end
 
 -- What a session owns ("l<id>" leases, "w<id>" waits), space-separated in
 -- its field of OWN.
-local function owned(sid)
+local function items(v)
   local out = {}
-  local v = redis.call('HGET', OWN, sid)
   if v then
     for m in string.gmatch(v, '%S+') do out[#out + 1] = m end
   end
   return out
 end
+local function owned(sid) return items(redis.call('HGET', OWN, sid)) end
 local function own_add(sid, m)
   local v = redis.call('HGET', OWN, sid)
   redis.call('HSET', OWN, sid, v and (v .. ' ' .. m) or m)
 end
 local function own_del(sid, m)
+  local v = redis.call('HGET', OWN, sid)
+  -- Its only item (a process that holds one permit): nothing to split.
+  if v == m then
+    redis.call('HDEL', OWN, sid)
+    return
+  end
   local keep = {}
-  for _, x in ipairs(owned(sid)) do
+  for _, x in ipairs(items(v)) do
     if x ~= m then keep[#keep + 1] = x end
   end
   if #keep == 0 then
@@ -132,16 +138,19 @@ local HIST_BYTES = 8 * HIST_SLOTS
 -- Spelled out: code run when the library loads cannot reach `string`.
 local HIST_PACK = '<ddddddddddddddddddddddddd'
 local STATE_PACK = '<c' .. #FORMAT .. 'dddddddddddddddc' .. HIST_BYTES
+-- The numbers alone: struct.pack copies a string argument byte by byte,
+-- so pack_state() joins the format, histograms and epoch with `..`.
+local NUMBERS_PACK = '<ddddddddddddddd'
 local EPOCH_AT = #FORMAT + 8 * #STATE + HIST_BYTES + 1
 local S = nil
 local found_format = nil
 
 -- The `state` field of `t` (S, or the same fields at create()).
 local function pack_state(t)
-  return struct.pack(STATE_PACK, FORMAT, t.cap, t.used, t.seq, t.queued, t.ttls, t.idlers,
-                     t.marks, t.sdue, t.ew, t.ewt, t.acquired, t.released, t.ws, t.hs,
-                     t.w0, t.hist) ..
-         t.epoch
+  return FORMAT ..
+         struct.pack(NUMBERS_PACK, t.cap, t.used, t.seq, t.queued, t.ttls, t.idlers, t.marks,
+                     t.sdue, t.ew, t.ewt, t.acquired, t.released, t.ws, t.hs, t.w0) ..
+         t.hist .. t.epoch
 end
 
 local function load()
