@@ -1,4 +1,4 @@
-// redis/scripts.hpp: the Lua scripts that are the Redis backend's only way
+// redis/scripts.hpp: the Lua scripts (redis/lua/*.lua) that are the Redis backend's only way
 // to change a semaphore. Each state change is one script, so it is atomic
 // on the server. The scripts are the functions of one Lua library (Redis
 // 7's FUNCTION LOAD), which the client loads on a server that lacks it and
@@ -11,12 +11,16 @@
 // placeholder member "." (a zset's at score +inf) and never becomes empty: an empty key does not
 // exist, and would hold every script back for the whole migration.
 //
-// What is stored (format "shmsem-redis/3"), all under the hash tag {KEY}:
-//   shmsem{KEY}            hash: format, epoch, cap, used, seq (the last
+// What is stored (format "shmsem-redis/4"), all under the hash tag {KEY}:
+//   shmsem{KEY}            hash: format, epoch, created, about; `state`,
+//                          little-endian doubles: cap, used, seq (the last
 //                          lease or waiter id: ids are fencing tokens, the
-//                          server's time in us or the last id + 1), sdue
-//                          (no session deadline is earlier; 0: unknown),
-//                          the EWMA, and the fleet's counters and histograms
+//                          server's time in us or the last id + 1), queued,
+//                          ttls, idlers, marks, sdue (no session deadline
+//                          is earlier; 0: unknown), the EWMA and its time,
+//                          acquired, released, the wait and hold sums;
+//                          `hist`, 26 doubles: the wait, then the hold
+//                          histogram; the rarer counters as decimal fields
 //   shmsem{KEY}:leases     hash: lease id -> "sid|weight|granted_us|expires_us|pid|request|host"
 //   shmsem{KEY}:expiry     zset: lease id -> expiry (leases with a TTL only)
 //   shmsem{KEY}:sessions   zset: session id -> deadline; a session whose

@@ -509,20 +509,25 @@ TEST(RedisFault, KeysOfAnotherTypeOrGarbageAreReportedAndLeftAlone) {
 }
 
 // A semaphore stored by an older shmsem (its keys are laid out otherwise)
-// is refused by name and left as it is, never read as half a semaphore.
+// is refused by name and left as it is, never read as half a semaphore:
+// the first format, and the last one before the numbers were packed.
 TEST(RedisFault, ASemaphoreInAnOlderFormatIsRefusedAndLeftAlone) {
   redis_server srv;
-  srv.cli(
-      {"HSET", "shmsem{old}", "format", "shmsem-redis/1", "epoch", "e", "cap", "2", "used", "1"});
-  try {
-    Semaphore::open(srv.url("old"), 2);
-    ADD_FAILURE() << "opened";
-  } catch (const SegmentError& e) {
-    EXPECT_EQ(e.code(), errc::bad_segment) << e.what();
-    EXPECT_NE(std::string(e.what()).find("'shmsem-redis/1'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("shmsem{old}"), std::string::npos) << e.what();
+  for (const std::string format : {"shmsem-redis/1", "shmsem-redis/3"}) {
+    SCOPED_TRACE(format);
+    const std::string name = "old" + format.substr(format.size() - 1);
+    const std::string meta = "shmsem{" + name + "}";
+    srv.cli({"HSET", meta, "format", format, "epoch", "e", "cap", "2", "used", "1"});
+    try {
+      Semaphore::open(srv.url(name), 2);
+      ADD_FAILURE() << "opened";
+    } catch (const SegmentError& e) {
+      EXPECT_EQ(e.code(), errc::bad_segment) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'" + format + "'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(meta), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(srv.cli({"HGET", meta, "used"}), "1\n") << "overwritten";
   }
-  EXPECT_EQ(srv.cli({"HGET", "shmsem{old}", "used"}), "1\n") << "overwritten";
 }
 
 // ------------------------------------------------------------- restarts
