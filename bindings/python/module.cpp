@@ -595,20 +595,288 @@ void release_on_exit(permit_object& p) {
   }
 }
 
-}  // namespace
+// The constructor and attach(): how a handle comes to be.
+void def_semaphore_open(py::class_<semaphore_object>& semaphore_type) {
+  semaphore_type
+      .def(
+          py::init([](const std::string& key, int permits, int mode, const py::object& ttl,
+                      bool auto_renew, double open_timeout, const py::object& trusted_owners,
+                      const py::object& session_timeout, const py::object& connect_timeout,
+                      bool fencing, const py::object& fairness) {
+            shmsem::Options o;
+            o.trusted_owners = owner_list(trusted_owners);
+            o.mode = static_cast<mode_t>(mode);
+            o.ttl = duration_ms(ttl, "ttl", false);
+            o.auto_renew = auto_renew;
+            if (!std::isfinite(open_timeout) || open_timeout < 0)
+              throw py::value_error("shmsem: open_timeout must be >= 0 seconds");
+            o.open_timeout = std::chrono::milliseconds(
+                static_cast<std::int64_t>(std::ceil(open_timeout * 1000.0)));
+            if (auto d = duration_ms(session_timeout, "session_timeout", false))
+              o.session_timeout = *d;
+            if (auto d = duration_ms(connect_timeout, "connect_timeout", false))
+              o.connect_timeout = *d;
+            o.fencing = fencing;
+            if (!fairness.is_none()) {
+              const auto policy = fairness.cast<std::string>();
+              if (policy != "fifo" && policy != "barging")
+                throw py::value_error("fairness must be 'fifo' or 'barging', not '" + policy + "'");
+              o.fairness = policy == "barging" ? shmsem::Fairness::barging : shmsem::Fairness::fifo;
+            }
+            py::dict options(py::arg("mode") = mode, py::arg("ttl") = ttl,
+                             py::arg("auto_renew") = auto_renew,
+                             py::arg("open_timeout") = open_timeout,
+                             py::arg("trusted_owners") = py::list(py::cast(o.trusted_owners)),
+                             py::arg("session_timeout") = session_timeout,
+                             py::arg("connect_timeout") = connect_timeout,
+                             py::arg("fencing") = fencing, py::arg("fairness") = fairness);
+            return new semaphore_object(
+                without_gil([&] { return shmsem::Semaphore::open(key, permits, o); }),
+                py::make_tuple(key, permits, options));
+          }),
+          py::arg("key"), py::arg("permits"), py::kw_only(), py::arg("mode") = 0600,
+          py::arg("ttl") = py::none(), py::arg("auto_renew") = false, py::arg("open_timeout") = 5.0,
+          py::arg("trusted_owners") = py::tuple(), py::arg("session_timeout") = py::none(),
+          py::arg("connect_timeout") = py::none(), py::arg("fencing") = false,
+          py::arg("fairness") = py::none(),
+          R"doc(Opens (or creates with `permits` seats) the semaphore `key`.
 
-PYBIND11_MODULE(_shmsem, m) {
-  m.doc() = "The compiled core of the shmsem package; use `import shmsem`.";
-  // Python runs signal handlers in its main thread, which need not be the
-  // one importing this module.
-  main_thread_id =
-      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+mode: of a segment this call creates (0o660 shares it with the file's group).
+ttl: default lease TTL in seconds of this handle's permits (None: no expiry).
+auto_renew: default for permits with a TTL: renew them in the background.
+open_timeout: how long to wait for another process that is creating it.
+trusted_owners: users (names or uids) whose segments to accept on purpose;
+without them only segments of this user or root are accepted (or, for a
+non-root process, one that others cannot write).
+session_timeout: Redis keys only: seconds this process's leases outlive its
+last contact with Redis (None: 3).
+connect_timeout: Redis keys only: the bound in seconds on connecting and on
+each command (None: 1).
+fencing: shared memory, at creation: grants carry fencing tokens.
+fairness: shared memory, at creation: 'fifo' (None: the default; a freed seat
+goes to the first in line) or 'barging' (a running request may take a free
+seat ahead of the sleeping ones until the first in line has been first for
+1 ms). An
+existing semaphore keeps its own (a different one asked for is logged).
+A key that is a URL, redis://host[:port]/KEY or redis+unix:///PATH?key=KEY,
+names a semaphore kept in Redis and shared by every host that reaches it.
+Raises ValueError for a bad key (empty, NUL, over 255 bytes, a bad URL) or
+permits out of 1..1000000, UntrustedOwnerError when the segment belongs to a
+user it does not trust, SegmentError when the segment cannot be used
+otherwise or Redis cannot be reached.)doc")
+      .def_static(
+          "attach",
+          [](const std::string& key, const py::object& trusted_owners) {
+            shmsem::Options o;
+            o.trusted_owners = owner_list(trusted_owners);
+            py::dict options(py::arg("trusted_owners") = py::list(py::cast(o.trusted_owners)));
+            return new semaphore_object(
+                without_gil([&] { return shmsem::Semaphore::attach(key, o); }),
+                py::make_tuple(key, py::none(), options));
+          },
+          py::arg("key"), py::kw_only(), py::arg("trusted_owners") = py::tuple(),
+          "Opens an existing semaphore without creating it; SegmentError if there is none, "
+          "UntrustedOwnerError if it belongs to a user it does not trust (see trusted_owners).");
+}
+
+// Taking and giving back seats, with or without waiting.
+void def_semaphore_seats(py::class_<semaphore_object>& semaphore_type) {
+  semaphore_type
+      .def("acquire", &semaphore_object::acquire, py::arg("n") = 1, py::arg("timeout") = py::none(),
+           py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
+           py::arg("cancel") = static_cast<cancel_token*>(nullptr),
+           (R"doc(Takes `n` seats, all or nothing, waiting in FIFO order; returns a Permit.
+
+The seats stay held until the Permit's release() or this object's release(),
+even if the Permit is dropped (`if sem.acquire(timeout=5): ...` holds them).
+timeout: seconds to wait (None: for ever; 0: do not wait).
+ttl: lease TTL in seconds (None: the handle's default; 0: no expiry).
+auto_renew: renew the lease in the background at a third of its TTL.
+cancel: a CancelToken; its cancel(), from any thread, ends the wait with
+AcquisitionError 'cancelled'.
+Releases the GIL while it waits. In the main thread, Ctrl-C (or any signal
+handler that raises) interrupts the wait within about )doc" +
+            std::to_string(kSignalTick.count()) + R"doc( ms, withdraws the
+request and leaves no seat taken.
+Raises AcquisitionError with .reason 'timeout' (also a TimeoutError),
+'cancelled', 'shutdown', 'exceeds_capacity' (n > capacity) or 'error';
+ValueError for n < 1 or a negative duration.)doc")
+               .c_str())
+      .def(
+          "release", [](semaphore_object& s) { s.release_one(); },
+          R"doc(Gives back one lease that this process took through this object (its
+seats; the calling thread's most recent first), as threading.Semaphore.release()
+does. Its Permit, if still around, is then released too.
+Raises ValueError if this object holds none, PermitNotHeldError if the seats
+were lost first (the lease is given up either way).)doc")
+      .def(
+          "__enter__",
+          [](semaphore_object& s) { return s.acquire(1, py::none(), py::none(), false, nullptr); },
+          "`with sem:` takes one seat (waiting for ever) and gives it back on exit.")
+      .def("__exit__",
+           [](semaphore_object& s, const py::object&, const py::object&, const py::object&) {
+             try {
+               s.release_one();
+             } catch (const shmsem::PermitNotHeldError& e) {
+               log_lost_after_work(e);
+             }
+             return false;
+           })
+      .def("__reduce__",
+           [](const semaphore_object& s) {
+             return py::make_tuple(py::module_::import("shmsem").attr("_reopen"), s.reopen_args);
+           })
+      .def("try_acquire", &semaphore_object::try_acquire, py::arg("n") = 1,
+           py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
+           R"doc(One attempt without waiting: a Permit, or None when the seats are not free
+now, when others are queued (it does not jump the queue), or when n > capacity.)doc")
+      .def("_acquire_now", &semaphore_object::try_now, py::arg("n"), py::arg("ttl"),
+           py::arg("auto_renew"));
+}
+
+// The lock-free reads of the semaphore's state.
+void def_semaphore_figures(py::class_<semaphore_object>& semaphore_type) {
+  semaphore_type
+      .def_property_readonly(
+          "key", [](const semaphore_object& s) { return std::string(s.sem.key()); },
+          "The key this handle was opened with.")
+      .def_property_readonly(
+          "capacity",
+          [](const semaphore_object& s) { return s.figure([&] { return s.sem.capacity(); }); },
+          "The fleet-wide number of seats (lock-free read).")
+      .def_property_readonly(
+          "used", [](const semaphore_object& s) { return s.figure([&] { return s.sem.used(); }); },
+          "Seats held now, fleet-wide (lock-free read).")
+      .def_property_readonly(
+          "available",
+          [](const semaphore_object& s) { return s.figure([&] { return s.sem.available(); }); },
+          "capacity - used, never below 0.")
+      .def_property_readonly(
+          "waiters",
+          [](const semaphore_object& s) { return s.figure([&] { return s.sem.waiters(); }); },
+          "Callers blocked in acquire, fleet-wide.")
+      .def_property_readonly(
+          "fairness",
+          [](const semaphore_object& s) {
+            return std::string(shmsem::to_string(s.figure([&] { return s.sem.fairness(); })));
+          },
+          "'fifo' or 'barging': how freed seats reach the waiters, chosen at creation.")
+      .def_property_readonly(
+          "utilization",
+          [](const semaphore_object& s) { return s.figure([&] { return s.sem.utilization(); }); },
+          "used / capacity (may exceed 1 after a shrink).");
+}
+
+// Operator calls: capacity, reaping, inspection, shutdown.
+void def_semaphore_admin(py::class_<semaphore_object>& semaphore_type) {
+  semaphore_type
+      .def(
+          "set_capacity",
+          [](semaphore_object& s, int permits) {
+            without_gil([&] { s.sem.set_capacity(permits); });
+          },
+          py::arg("permits"),
+          R"doc(Sets the fleet-wide capacity (1..1000000). Growing wakes waiters; shrinking
+takes no seat away, and waiters whose n no longer fits fail with
+'exceeds_capacity'.)doc")
+      .def(
+          "force_release_all",
+          [](semaphore_object& s) {
+            return without_gil([&] { return s.sem.force_release_all(); });
+          },
+          R"doc(Frees every seat; returns the number of live, unexpired leases displaced
+(their release() then raises PermitNotHeldError).)doc")
+      .def(
+          "wait_idle",
+          [](semaphore_object& s, const py::object& timeout) {
+            auto d = duration_ms(timeout, "timeout", true);
+            return without_gil([&] { return s.sem.wait_idle(d.value_or(shmsem::kMaxDuration)); });
+          },
+          py::arg("timeout") = py::none(),
+          R"doc(Blocks until no seat is used (True) or `timeout` seconds pass (False).
+Reaps dead holders meanwhile. Does not block new acquires.)doc")
+      .def(
+          "reap", [](semaphore_object& s) { return without_gil([&] { return s.sem.reap(); }); },
+          "Reclaims dead holders' and expired leases' seats now; returns the seats freed.")
+      .def(
+          "holders",
+          [](const semaphore_object& s) {
+            auto all = s.figure([&] { return s.sem.holders(); });
+            py::object cls = py::module_::import("shmsem._types").attr("Holder");
+            py::list out;
+            for (const auto& h : all) out.append(holder_to_python(h, cls));
+            return out;
+          },
+          "The current leases, as Holder objects (.pid, .host, .weight, .acquired_at, "
+          ".expires_at, .state, ...), read without a lock.")
+      .def(
+          "stats",
+          [](const semaphore_object& s) {
+            const shmsem::Stats st = s.figure([&] { return s.sem.stats(); });
+            py::object cls = py::module_::import("shmsem._types").attr("Stats");
+            return cls(st.acquired, st.released, st.timeouts, st.cancelled, st.shutdowns,
+                       st.rejected, st.try_failures, st.reaped, st.expired, st.force_released,
+                       st.reclaimed_seats, st.recoveries, histogram_to_python(st.wait),
+                       histogram_to_python(st.hold));
+          },
+          "The fleet-wide counters kept in the segment since it was created, as a Stats object.")
+      .def(
+          "shutdown", [](semaphore_object& s) { without_gil([&] { s.sem.shutdown(); }); },
+          R"doc(Application shutdown for this handle: its blocked acquires fail with
+'shutdown', later ones too, and its permits stop renewing. Held permits are
+not released.)doc")
+      .def("__repr__", [](const semaphore_object& s) {
+        return "<shmsem.Semaphore key='" + std::string(s.sem.key()) +
+               "' capacity=" + std::to_string(s.sem.capacity()) +
+               " used=" + std::to_string(s.sem.used()) + ">";
+      });
+}
+
+// Static calls on a key, without an open handle.
+void def_semaphore_by_key(py::class_<semaphore_object>& semaphore_type) {
+  semaphore_type
+      .def_static(
+          "remove",
+          [](const std::string& key) {
+            return without_gil([&] { return shmsem::Semaphore::remove(key); });
+          },
+          py::arg("key"),
+          "Removes the semaphore's name (processes that have it open keep their copy). "
+          "True if removed, False if there was none.")
+      .def_static(
+          "remove_if_unused",
+          [](const std::string& key) {
+            return without_gil([&] { return shmsem::Semaphore::remove_if_unused(key); });
+          },
+          py::arg("key"), "Removes it only if no live process has it open.")
+      .def_static(
+          "list",
+          [](const py::object& server) {
+            if (server.is_none()) return without_gil([] { return shmsem::Semaphore::list(); });
+            const auto url = server.cast<std::string>();
+            return without_gil([&] { return shmsem::Semaphore::list(url); });
+          },
+          py::arg("server") = py::none(),
+          R"doc(The keys of the semaphores on this host, sorted; with `server`
+(redis://host[:port] or redis+unix:///PATH), the URLs of that Redis server's
+semaphores, which open as they are.)doc")
+      .def_static("segment_path", &shmsem::Semaphore::segment_path, py::arg("key"),
+                  "Where the segment of `key` lives (under /dev/shm); ValueError for a Redis "
+                  "key, which has no file.");
+}
+
+// The C++ errors are raised as the classes of shmsem._types; they are looked
+// up before any binding can raise one.
+void register_errors() {
   py::module_ errs = py::module_::import("shmsem._types");
   errors = new error_classes{errs.attr("AcquisitionError"),   errs.attr("AcquisitionTimeoutError"),
                              errs.attr("PermitNotHeldError"), errs.attr("ExtensionError"),
                              errs.attr("SegmentError"),       errs.attr("UntrustedOwnerError")};
   py::register_exception_translator(translate);
+}
 
+// What the module needs from the process around it: fork, logging, exit.
+void register_process_hooks() {
   // After fork(), the child's queue lock may be held by a thread that does
   // not exist there; and its main thread is the one that forked.
   static std::once_flag atfork_once;
@@ -623,7 +891,9 @@ PYBIND11_MODULE(_shmsem, m) {
 
   install_logger();
   py::module_::import("atexit").attr("register")(py::cpp_function(python_exiting));
+}
 
+void register_cancel_token(py::module_& m) {
   py::class_<cancel_token>(
       m, "CancelToken",
       "Cancels the blocking acquire that carries it (acquire(cancel=token)), from "
@@ -635,7 +905,9 @@ PYBIND11_MODULE(_shmsem, m) {
           "'cancelled').")
       .def_property_readonly("cancelled",
                              [](const cancel_token& t) { return t.source.stop_requested(); });
+}
 
+void register_permit(py::module_& m) {
   py::class_<permit_object>(m, "Permit", R"doc(
 A lease on `weight` seats of one semaphore, returned by Semaphore.acquire().
 
@@ -739,8 +1011,10 @@ With capacity > 1 tokens order grants, not seats.)doc")
             without_gil([&] { shmsem::Permit dying(std::move(taken)); });
           },
           "Releases without raising (a lost seat is logged).");
+}
 
-  py::class_<semaphore_object>(m, "Semaphore", R"doc(
+void register_semaphore(py::module_& m) {
+  py::class_<semaphore_object> semaphore_type(m, "Semaphore", R"doc(
 A fleet-wide counting semaphore: at most `capacity` seats are held at once
 across every process on this host that opens the same key, whatever its
 language (C, C++ or Python).
@@ -754,254 +1028,15 @@ Seats taken through this object stay held until released, through their
 Permit or through release(), as with threading.Semaphore; `with sem:` takes
 one and gives it back. It pickles by key and options: a multiprocessing
 child opens the same semaphore (without the seats of this process).
-)doc")
-      .def(
-          py::init([](const std::string& key, int permits, int mode, const py::object& ttl,
-                      bool auto_renew, double open_timeout, const py::object& trusted_owners,
-                      const py::object& session_timeout, const py::object& connect_timeout,
-                      bool fencing, const py::object& fairness) {
-            shmsem::Options o;
-            o.trusted_owners = owner_list(trusted_owners);
-            o.mode = static_cast<mode_t>(mode);
-            o.ttl = duration_ms(ttl, "ttl", false);
-            o.auto_renew = auto_renew;
-            if (!std::isfinite(open_timeout) || open_timeout < 0)
-              throw py::value_error("shmsem: open_timeout must be >= 0 seconds");
-            o.open_timeout = std::chrono::milliseconds(
-                static_cast<std::int64_t>(std::ceil(open_timeout * 1000.0)));
-            if (auto d = duration_ms(session_timeout, "session_timeout", false))
-              o.session_timeout = *d;
-            if (auto d = duration_ms(connect_timeout, "connect_timeout", false))
-              o.connect_timeout = *d;
-            o.fencing = fencing;
-            if (!fairness.is_none()) {
-              const auto policy = fairness.cast<std::string>();
-              if (policy != "fifo" && policy != "barging")
-                throw py::value_error("fairness must be 'fifo' or 'barging', not '" + policy + "'");
-              o.fairness = policy == "barging" ? shmsem::Fairness::barging : shmsem::Fairness::fifo;
-            }
-            py::dict options(py::arg("mode") = mode, py::arg("ttl") = ttl,
-                             py::arg("auto_renew") = auto_renew,
-                             py::arg("open_timeout") = open_timeout,
-                             py::arg("trusted_owners") = py::list(py::cast(o.trusted_owners)),
-                             py::arg("session_timeout") = session_timeout,
-                             py::arg("connect_timeout") = connect_timeout,
-                             py::arg("fencing") = fencing, py::arg("fairness") = fairness);
-            return new semaphore_object(
-                without_gil([&] { return shmsem::Semaphore::open(key, permits, o); }),
-                py::make_tuple(key, permits, options));
-          }),
-          py::arg("key"), py::arg("permits"), py::kw_only(), py::arg("mode") = 0600,
-          py::arg("ttl") = py::none(), py::arg("auto_renew") = false, py::arg("open_timeout") = 5.0,
-          py::arg("trusted_owners") = py::tuple(), py::arg("session_timeout") = py::none(),
-          py::arg("connect_timeout") = py::none(), py::arg("fencing") = false,
-          py::arg("fairness") = py::none(),
-          R"doc(Opens (or creates with `permits` seats) the semaphore `key`.
+)doc");
+  def_semaphore_open(semaphore_type);
+  def_semaphore_seats(semaphore_type);
+  def_semaphore_figures(semaphore_type);
+  def_semaphore_admin(semaphore_type);
+  def_semaphore_by_key(semaphore_type);
+}
 
-mode: of a segment this call creates (0o660 shares it with the file's group).
-ttl: default lease TTL in seconds of this handle's permits (None: no expiry).
-auto_renew: default for permits with a TTL: renew them in the background.
-open_timeout: how long to wait for another process that is creating it.
-trusted_owners: users (names or uids) whose segments to accept on purpose;
-without them only segments of this user or root are accepted (or, for a
-non-root process, one that others cannot write).
-session_timeout: Redis keys only: seconds this process's leases outlive its
-last contact with Redis (None: 3).
-connect_timeout: Redis keys only: the bound in seconds on connecting and on
-each command (None: 1).
-fencing: shared memory, at creation: grants carry fencing tokens.
-fairness: shared memory, at creation: 'fifo' (None: the default; a freed seat
-goes to the first in line) or 'barging' (a running request may take a free
-seat ahead of the sleeping ones until the first in line has been first for
-1 ms). An
-existing semaphore keeps its own (a different one asked for is logged).
-A key that is a URL, redis://host[:port]/KEY or redis+unix:///PATH?key=KEY,
-names a semaphore kept in Redis and shared by every host that reaches it.
-Raises ValueError for a bad key (empty, NUL, over 255 bytes, a bad URL) or
-permits out of 1..1000000, UntrustedOwnerError when the segment belongs to a
-user it does not trust, SegmentError when the segment cannot be used
-otherwise or Redis cannot be reached.)doc")
-      .def_static(
-          "attach",
-          [](const std::string& key, const py::object& trusted_owners) {
-            shmsem::Options o;
-            o.trusted_owners = owner_list(trusted_owners);
-            py::dict options(py::arg("trusted_owners") = py::list(py::cast(o.trusted_owners)));
-            return new semaphore_object(
-                without_gil([&] { return shmsem::Semaphore::attach(key, o); }),
-                py::make_tuple(key, py::none(), options));
-          },
-          py::arg("key"), py::kw_only(), py::arg("trusted_owners") = py::tuple(),
-          "Opens an existing semaphore without creating it; SegmentError if there is none, "
-          "UntrustedOwnerError if it belongs to a user it does not trust (see trusted_owners).")
-      .def("acquire", &semaphore_object::acquire, py::arg("n") = 1, py::arg("timeout") = py::none(),
-           py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
-           py::arg("cancel") = static_cast<cancel_token*>(nullptr),
-           (R"doc(Takes `n` seats, all or nothing, waiting in FIFO order; returns a Permit.
-
-The seats stay held until the Permit's release() or this object's release(),
-even if the Permit is dropped (`if sem.acquire(timeout=5): ...` holds them).
-timeout: seconds to wait (None: for ever; 0: do not wait).
-ttl: lease TTL in seconds (None: the handle's default; 0: no expiry).
-auto_renew: renew the lease in the background at a third of its TTL.
-cancel: a CancelToken; its cancel(), from any thread, ends the wait with
-AcquisitionError 'cancelled'.
-Releases the GIL while it waits. In the main thread, Ctrl-C (or any signal
-handler that raises) interrupts the wait within about )doc" +
-            std::to_string(kSignalTick.count()) + R"doc( ms, withdraws the
-request and leaves no seat taken.
-Raises AcquisitionError with .reason 'timeout' (also a TimeoutError),
-'cancelled', 'shutdown', 'exceeds_capacity' (n > capacity) or 'error';
-ValueError for n < 1 or a negative duration.)doc")
-               .c_str())
-      .def(
-          "release", [](semaphore_object& s) { s.release_one(); },
-          R"doc(Gives back one lease that this process took through this object (its
-seats; the calling thread's most recent first), as threading.Semaphore.release()
-does. Its Permit, if still around, is then released too.
-Raises ValueError if this object holds none, PermitNotHeldError if the seats
-were lost first (the lease is given up either way).)doc")
-      .def(
-          "__enter__",
-          [](semaphore_object& s) { return s.acquire(1, py::none(), py::none(), false, nullptr); },
-          "`with sem:` takes one seat (waiting for ever) and gives it back on exit.")
-      .def("__exit__",
-           [](semaphore_object& s, const py::object&, const py::object&, const py::object&) {
-             try {
-               s.release_one();
-             } catch (const shmsem::PermitNotHeldError& e) {
-               log_lost_after_work(e);
-             }
-             return false;
-           })
-      .def("__reduce__",
-           [](const semaphore_object& s) {
-             return py::make_tuple(py::module_::import("shmsem").attr("_reopen"), s.reopen_args);
-           })
-      .def("try_acquire", &semaphore_object::try_acquire, py::arg("n") = 1,
-           py::arg("ttl") = py::none(), py::arg("auto_renew") = false,
-           R"doc(One attempt without waiting: a Permit, or None when the seats are not free
-now, when others are queued (it does not jump the queue), or when n > capacity.)doc")
-      .def("_acquire_now", &semaphore_object::try_now, py::arg("n"), py::arg("ttl"),
-           py::arg("auto_renew"))
-      .def_property_readonly(
-          "key", [](const semaphore_object& s) { return std::string(s.sem.key()); },
-          "The key this handle was opened with.")
-      .def_property_readonly(
-          "capacity",
-          [](const semaphore_object& s) { return s.figure([&] { return s.sem.capacity(); }); },
-          "The fleet-wide number of seats (lock-free read).")
-      .def_property_readonly(
-          "used", [](const semaphore_object& s) { return s.figure([&] { return s.sem.used(); }); },
-          "Seats held now, fleet-wide (lock-free read).")
-      .def_property_readonly(
-          "available",
-          [](const semaphore_object& s) { return s.figure([&] { return s.sem.available(); }); },
-          "capacity - used, never below 0.")
-      .def_property_readonly(
-          "waiters",
-          [](const semaphore_object& s) { return s.figure([&] { return s.sem.waiters(); }); },
-          "Callers blocked in acquire, fleet-wide.")
-      .def_property_readonly(
-          "fairness",
-          [](const semaphore_object& s) {
-            return std::string(shmsem::to_string(s.figure([&] { return s.sem.fairness(); })));
-          },
-          "'fifo' or 'barging': how freed seats reach the waiters, chosen at creation.")
-      .def_property_readonly(
-          "utilization",
-          [](const semaphore_object& s) { return s.figure([&] { return s.sem.utilization(); }); },
-          "used / capacity (may exceed 1 after a shrink).")
-      .def(
-          "set_capacity",
-          [](semaphore_object& s, int permits) {
-            without_gil([&] { s.sem.set_capacity(permits); });
-          },
-          py::arg("permits"),
-          R"doc(Sets the fleet-wide capacity (1..1000000). Growing wakes waiters; shrinking
-takes no seat away, and waiters whose n no longer fits fail with
-'exceeds_capacity'.)doc")
-      .def(
-          "force_release_all",
-          [](semaphore_object& s) {
-            return without_gil([&] { return s.sem.force_release_all(); });
-          },
-          R"doc(Frees every seat; returns the number of live, unexpired leases displaced
-(their release() then raises PermitNotHeldError).)doc")
-      .def(
-          "wait_idle",
-          [](semaphore_object& s, const py::object& timeout) {
-            auto d = duration_ms(timeout, "timeout", true);
-            return without_gil([&] { return s.sem.wait_idle(d.value_or(shmsem::kMaxDuration)); });
-          },
-          py::arg("timeout") = py::none(),
-          R"doc(Blocks until no seat is used (True) or `timeout` seconds pass (False).
-Reaps dead holders meanwhile. Does not block new acquires.)doc")
-      .def(
-          "reap", [](semaphore_object& s) { return without_gil([&] { return s.sem.reap(); }); },
-          "Reclaims dead holders' and expired leases' seats now; returns the seats freed.")
-      .def(
-          "holders",
-          [](const semaphore_object& s) {
-            auto all = s.figure([&] { return s.sem.holders(); });
-            py::object cls = py::module_::import("shmsem._types").attr("Holder");
-            py::list out;
-            for (const auto& h : all) out.append(holder_to_python(h, cls));
-            return out;
-          },
-          "The current leases, as Holder objects (.pid, .host, .weight, .acquired_at, "
-          ".expires_at, .state, ...), read without a lock.")
-      .def(
-          "stats",
-          [](const semaphore_object& s) {
-            const shmsem::Stats st = s.figure([&] { return s.sem.stats(); });
-            py::object cls = py::module_::import("shmsem._types").attr("Stats");
-            return cls(st.acquired, st.released, st.timeouts, st.cancelled, st.shutdowns,
-                       st.rejected, st.try_failures, st.reaped, st.expired, st.force_released,
-                       st.reclaimed_seats, st.recoveries, histogram_to_python(st.wait),
-                       histogram_to_python(st.hold));
-          },
-          "The fleet-wide counters kept in the segment since it was created, as a Stats object.")
-      .def(
-          "shutdown", [](semaphore_object& s) { without_gil([&] { s.sem.shutdown(); }); },
-          R"doc(Application shutdown for this handle: its blocked acquires fail with
-'shutdown', later ones too, and its permits stop renewing. Held permits are
-not released.)doc")
-      .def("__repr__",
-           [](const semaphore_object& s) {
-             return "<shmsem.Semaphore key='" + std::string(s.sem.key()) +
-                    "' capacity=" + std::to_string(s.sem.capacity()) +
-                    " used=" + std::to_string(s.sem.used()) + ">";
-           })
-      .def_static(
-          "remove",
-          [](const std::string& key) {
-            return without_gil([&] { return shmsem::Semaphore::remove(key); });
-          },
-          py::arg("key"),
-          "Removes the semaphore's name (processes that have it open keep their copy). "
-          "True if removed, False if there was none.")
-      .def_static(
-          "remove_if_unused",
-          [](const std::string& key) {
-            return without_gil([&] { return shmsem::Semaphore::remove_if_unused(key); });
-          },
-          py::arg("key"), "Removes it only if no live process has it open.")
-      .def_static(
-          "list",
-          [](const py::object& server) {
-            if (server.is_none()) return without_gil([] { return shmsem::Semaphore::list(); });
-            const auto url = server.cast<std::string>();
-            return without_gil([&] { return shmsem::Semaphore::list(url); });
-          },
-          py::arg("server") = py::none(),
-          R"doc(The keys of the semaphores on this host, sorted; with `server`
-(redis://host[:port] or redis+unix:///PATH), the URLs of that Redis server's
-semaphores, which open as they are.)doc")
-      .def_static("segment_path", &shmsem::Semaphore::segment_path, py::arg("key"),
-                  "Where the segment of `key` lives (under /dev/shm); ValueError for a Redis "
-                  "key, which has no file.");
-
+void register_module_functions(py::module_& m) {
   m.def(
       "shutdown_all", [] { without_gil([] { shmsem::shutdown_all(); }); },
       "shutdown() for every handle of this process, and for handles opened later.");
@@ -1009,4 +1044,22 @@ semaphores, which open as they are.)doc")
         "The version of the loaded libshmsem.so.0, 'X.Y.Z'.");
   m.def("_drain_logs", [] { drain_logs(); });
   m.attr("_signal_tick") = std::chrono::duration<double>(kSignalTick).count();
+}
+
+}  // namespace
+
+// Order matters: errors before anything that raises them, and CancelToken
+// and Permit before the Semaphore signatures that name them.
+PYBIND11_MODULE(_shmsem, m) {
+  m.doc() = "The compiled core of the shmsem package; use `import shmsem`.";
+  // Python runs signal handlers in its main thread, which need not be the
+  // one importing this module.
+  main_thread_id =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  register_errors();
+  register_process_hooks();
+  register_cancel_token(m);
+  register_permit(m);
+  register_semaphore(m);
+  register_module_functions(m);
 }
