@@ -19,7 +19,7 @@ const backend_kind* const kKinds[] = {
 #ifdef SHMSEM_WITH_REDIS
     &redis::kind,
 #endif
-    nullptr,
+    nullptr,  // ends the list, which is otherwise empty without Redis
 };
 
 }  // namespace
