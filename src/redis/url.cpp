@@ -83,13 +83,7 @@ url parse(std::string_view text, bool need_key) {
   const bool unix_socket = given && *given + "://" == kUnix;
   if (!unix_socket && !(given && *given + "://" == kTcp)) {
     // Show the URL without what could be a password (a login before '@').
-    std::string shown(text);
-    if (given) {
-      const std::size_t start = given->size() + 3;
-      const std::size_t at = shown.find('@', start);
-      if (at != std::string::npos && at < shown.find('/', start))
-        shown.replace(start, at - start, "...");
-    }
+    const std::string shown = given ? shown_url(text) : std::string(text);
     throw std::invalid_argument(
         "shmsem: '" + shown + "' " +
         (given ? "is a " + *given +
