@@ -43,6 +43,7 @@ TEST(RedisFleet, TwoHostsShareOneBoundAndShowTheirNames) {
   redis_server srv;
   const std::string url = srv.url(test_key());
   auto s = Semaphore::open(url, 2);
+  ASSERT_TRUE(eventually(test::other_threads_parked));  // a fork needs them idle (docs/testing.md)
   pipe_channel ready, go;
   std::vector<child_process> hosts;
   for (const char* host : {"host-a", "host-b"})
@@ -171,6 +172,10 @@ TEST(RedisFleet, AForkedChildDoesNotOwnItsParentsPermit) {
   const std::string url = srv.url(test_key());
   auto s = Semaphore::open(url, 2);
   auto p = s.acquire();
+  // The acquire started the session's keeper thread; a fork while it still
+  // allocates would copy the sanitizer allocator's lock held, and the child
+  // would hang at its first allocation (docs/testing.md).
+  ASSERT_TRUE(eventually(test::other_threads_parked));
   child_process child([&] {
     EXPECT_FALSE(p.is_held());
     try {
