@@ -427,6 +427,7 @@ namespace {
   // This thread's entry, filled under the lock below, makes its next
   // acquire lock-free.
   if (!entry) entry = detail::prepare_entry(a);
+  if (a.self.load(std::memory_order_relaxed) == detail::kNoSelf) a.claim_holder_early(deadline);
   std::uint32_t w;
   {
     segment_lock lk(a, deadline);
@@ -531,7 +532,10 @@ namespace {
   // A try does not wait: not for seats, and not long for the lock. A lock
   // held longer than this is held by a stopped (or very slow) process;
   // the semaphore is as good as full.
-  segment_lock lk(a, sys::precise_now_ns() + detail::kTryLockNs);
+  const std::int64_t lock_deadline = sys::precise_now_ns() + detail::kTryLockNs;
+  if (a.self.load(std::memory_order_relaxed) == detail::kNoSelf)
+    a.claim_holder_early(lock_deadline);
+  segment_lock lk(a, lock_deadline);
   if (!lk.owns()) {
     if (!a.told_lock_busy.exchange(true, std::memory_order_relaxed))
       detail::log().warn(

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "shm/lifeline.hpp"
@@ -18,15 +20,98 @@ namespace shmsem::detail {
 
 using namespace layout;
 
+namespace {
+// Holds an attachment's `claiming` flag: a spin lock among its threads, so
+// that no thread probes tokens while another claims. A token that this
+// process's description already holds would look free to it.
+class claim_guard {
+ public:
+  explicit claim_guard(std::atomic<bool>& flag) : flag_(flag) {}
+  bool try_take() noexcept { return owns_ = !flag_.exchange(true, std::memory_order_acquire); }
+  void take() noexcept {
+    while (!try_take()) std::this_thread::yield();
+  }
+  ~claim_guard() {
+    if (owns_) flag_.store(false, std::memory_order_release);
+  }
+  claim_guard(const claim_guard&) = delete;
+  claim_guard& operator=(const claim_guard&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+  bool owns_ = false;
+};
+}  // namespace
+
+void attachment::claim_holder_early(std::int64_t deadline_ns) {
+  for (int round = 0; round < 2; ++round) {
+    std::uint32_t n;
+    {
+      claim_guard g(claiming);
+      if (!g.try_take()) return;  // another thread of ours is claiming
+      if (self.load(std::memory_order_relaxed) != kNoSelf || early_claim != kNoSelf) return;
+      n = std::min(hdr->holder_slots.load(std::memory_order_acquire), kMaxHolders);
+      // Lowest first, as the free list gives them: a head of the queue
+      // watches the lifelines of the first records. The CAS settles a race
+      // for one record without a system call.
+      for (std::uint32_t h = 0; h < n; ++h) {
+        std::atomic<std::uint32_t>& state = holders[h].state;
+        std::uint32_t expected = kHolderFree;
+        if (state.load(std::memory_order_relaxed) != kHolderFree ||
+            !state.compare_exchange_strong(expected, kHolderClaiming, std::memory_order_acq_rel))
+          continue;
+        if (file->try_lock(kTokenBase + h, true)) {
+          early_claim = h;
+          early_identity = sys::self_identity();
+          return;
+        }
+        // Its token is still held: by a process that freed the record and
+        // has not closed its descriptor yet, or by one that took the
+        // record from the free list under the lock meanwhile.
+        expected = kHolderClaiming;
+        state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
+      }
+    }
+    // No free record: a full table is for the locked path, which reaps the
+    // dead; a table that can grow grows here, and the scan is tried again.
+    if (n >= kMaxHolders) return;
+    segment_lock lk(*this, deadline_ns);
+    if (!lk.owns()) return;
+    if (hdr->holder_slots.load() == n) {
+      grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
+      link_free_holders(hdr, holders, n, hdr->holder_slots.load());
+    }
+  }
+}
+
 std::uint32_t attachment::ensure_self(wake_list& wakes) {
   std::uint32_t s = self.load(std::memory_order_relaxed);
   if (s != kNoSelf) return s;
-  const std::uint32_t chosen = take_free_holder(wakes);
-  if (chosen == kNoSelf)
-    fail(errc::too_many, "all " + std::to_string(kMaxHolders) +
-                             " holder records are in use by live processes (at most that many "
-                             "processes can use one semaphore at once)");
-  const sys::process_identity me = sys::self_identity();
+  claim_guard g(claiming);
+  g.take();
+  std::uint32_t chosen = kNoSelf;
+  sys::process_identity me;
+  if (early_claim != kNoSelf) {
+    const std::uint32_t h = std::exchange(early_claim, kNoSelf);
+    // Ours by its token, so not attached by anyone (a reset of the table
+    // may have made it plain free), and on the free list.
+    if (h < std::min(hdr->holder_slots.load(), kMaxHolders) &&
+        holders[h].state.load() != kHolderAttached) {
+      unlink_free_holder(hdr, holders, h);
+      chosen = h;
+      me = early_identity;
+    } else {
+      file->unlock(kTokenBase + h);
+    }
+  }
+  if (chosen == kNoSelf) {
+    chosen = take_free_holder(wakes);
+    if (chosen == kNoSelf)
+      fail(errc::too_many, "all " + std::to_string(kMaxHolders) +
+                               " holder records are in use by live processes (at most that many "
+                               "processes can use one semaphore at once)");
+    me = sys::self_identity();
+  }
   holder_record& r = holders[chosen];
   r.generation++;
   r.pid.store(me.pid);
@@ -54,20 +139,21 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
 std::uint32_t attachment::take_free_holder(wake_list& wakes) {
   const std::int64_t now = lease_clock();
   // A record is ours once we hold its token byte. One whose token another
-  // description still holds (a process that freed the record and has not
-  // yet closed its descriptor) is skipped, and put back whatever happens.
+  // description holds (a process that claimed it ahead of the lock, or
+  // freed it and has not yet closed its descriptor) is skipped, and put
+  // back whatever happens.
   std::vector<std::uint32_t> busy;
   struct put_back {
     attachment& a;
     std::vector<std::uint32_t>& records;
     ~put_back() {
-      for (std::uint32_t h : records) a.free_holder_record(h);
+      for (std::uint32_t h : records) push_free_holder(a.hdr, a.holders, h);
     }
   } restore{*this, busy};
   auto claim_from_free_list = [&]() -> std::uint32_t {
     while (hdr->free_holder != kNil) {
       const std::uint32_t h = hdr->free_holder - 1;
-      hdr->free_holder = holders[h].next_free;
+      unlink_free_holder(hdr, holders, h);
       if (file->try_lock(kTokenBase + h, true)) return h;
       busy.push_back(h);
     }
@@ -99,8 +185,7 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
 
 void attachment::free_holder_record(std::uint32_t h) {
   holders[h].state.store(kHolderFree, std::memory_order_release);
-  holders[h].next_free = hdr->free_holder;
-  hdr->free_holder = h + 1;
+  push_free_holder(hdr, holders, h);
 }
 
 bool attachment::holder_alive(std::uint32_t h) const {
@@ -129,7 +214,20 @@ bool attachment::holder_gone(std::uint32_t h) const {
   // and a SIGKILL takes a process's threads one at a time, so another may
   // still be inside a lock-free acquire or release; the token goes only
   // with the last thread (docs/performance.md, case 8).
-  return !file->locked_by_other(kTokenBase + h);
+  const holder_record& r = holders[h];
+  const std::uint32_t gen = r.generation.load(std::memory_order_acquire);
+  const std::uint64_t mark = (std::uint64_t{gen} << 32) | (h + 1);
+  std::atomic<std::uint64_t>& seen = gone_seen[h % kGoneSeen];
+  if (seen.load(std::memory_order_relaxed) == mark &&
+      r.state.load(std::memory_order_acquire) == kHolderAttached)
+    return true;
+  if (file->locked_by_other(kTokenBase + h)) return false;
+  // Not if the record was reaped and claimed again meanwhile: its token
+  // then said nothing of the process this generation names.
+  if (r.state.load(std::memory_order_acquire) == kHolderAttached &&
+      r.generation.load(std::memory_order_acquire) == gen)
+    seen.store(mark, std::memory_order_relaxed);
+  return true;
 }
 
 void attachment::await_lifeline(std::int64_t deadline_ns) const {
@@ -162,11 +260,14 @@ bool attachment::reapable(std::uint32_t h) const {
 }
 
 void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes) {
-  const std::uint32_t nw = hdr->waiter_slots.load();
+  // The holder's counts (kept under the lock, rebuilt by repair) spare
+  // the scans of a holder that owes nothing, the usual dead process in a
+  // fleet that comes and goes: each scan is as long as the fleet.
+  const std::uint32_t nw = holders[h].waiting.load() != 0 ? hdr->waiter_slots.load() : 0;
   for (std::uint32_t w = 0; w < nw; ++w)
     if (waiters[w].state.load() != kWaiterFree && waiters[w].holder.load() == h)
       free_waiter(w, wakes);
-  for (bool recounted = false;;) {
+  for (bool recounted = false; holders[h].leases.load() != 0;) {
     const std::uint32_t hwm = hdr->lease_hwm.load();
     bool in_flight = false;
     for (std::uint32_t i = 0; i < hwm; ++i) {

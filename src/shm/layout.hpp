@@ -76,7 +76,10 @@
 //   thread (any death of the process, and exec) the kernel marks the word
 //   FUTEX_OWNER_DIED. Reading the word is a load; only a lifeline that
 //   reads dead (or a holder without one) costs a probe of the token, and
-//   the token decides.
+//   the token decides. Taking a token walks the same list, so a process
+//   takes its token before the lock: it reserves a free holder record by
+//   CAS (holder_state), the only change to a holder record made without
+//   the lock.
 //
 // If a process dies holding `mutex`, the next locker gets EOWNERDEAD and
 // repairs: every derived field (the seats in use, free list, queue,
@@ -107,7 +110,7 @@
 namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 7;
+inline constexpr std::uint32_t kLayoutVersion = 8;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kMaxKeySize = 255;
 
@@ -147,7 +150,11 @@ inline constexpr std::int64_t kNoExpiry = 0;
 
 enum init_state : std::uint32_t { kUninitialized = 0, kInitializing = 1, kReady = 2 };
 
-enum holder_state : std::uint32_t { kHolderFree = 0, kHolderAttached = 1 };
+// A free record is taken in two steps: a process first reserves it
+// (claiming, by CAS, with no lock held) and takes its token; only then,
+// under the lock, does it become attached. A claiming record is still on
+// the free list, so one whose claimer died is taken from there.
+enum holder_state : std::uint32_t { kHolderFree = 0, kHolderAttached = 1, kHolderClaiming = 2 };
 
 /// Whether a holder record's lifeline is held by its process.
 enum lifeline_state : std::uint32_t {
@@ -401,9 +408,9 @@ struct alignas(kCacheLine) segment_header {
 /// acquire). Freed when the process detaches with nothing held, or reaped
 /// when its liveness token is gone.
 struct alignas(kCacheLine) holder_record {
-  std::atomic<std::uint32_t> state;  // holder_state
-  std::uint32_t generation;          // bumped at every claim
-  std::atomic<std::int32_t> pid;     // in the namespace pid_ns
+  std::atomic<std::uint32_t> state;       // holder_state
+  std::atomic<std::uint32_t> generation;  // bumped at every claim (read without the lock)
+  std::atomic<std::int32_t> pid;          // in the namespace pid_ns
   std::uint32_t uid;
   std::atomic<std::uint64_t> pid_ns;
   std::uint64_t start_time;            // clock ticks since boot (informational)
@@ -415,12 +422,16 @@ struct alignas(kCacheLine) holder_record {
   // count changes under the lock alone. A holder with none and no waiter
   // owes no seat, and a watcher need not probe it.
   std::atomic<std::uint32_t> leases;
-  std::uint32_t next_free;  // free list link (1-based), valid while free
+  std::uint32_t next_free;  // free list link (1-based), valid while not attached
   // The lifeline (see the top of this file). Initialized by the claimer
   // under the segment lock; then locked, and only ever unlocked, by its
   // process's lifeline thread. Read by anyone, as a word.
   alignas(8) pthread_mutex_t lifeline;
   std::atomic<std::uint32_t> lifeline_state;  // lifeline_state
+  // The free list is doubly linked: a process claims a record before it
+  // takes the lock (holder_state), so the record it brings may sit anywhere
+  // in the list.
+  std::uint32_t prev_free;  // free list link (1-based), valid while not attached
 };
 
 /// One thread of an attached process that acquires without the lock. Its

@@ -77,6 +77,9 @@ void atfork_child() {
       a->file->abandon();
     }
     a->self.store(kNoSelf, std::memory_order_relaxed);
+    // A token the parent took ahead of the lock stayed with its description.
+    a->early_claim = kNoSelf;
+    a->claiming.store(false, std::memory_order_relaxed);
     // The parent's permits were copied into the child with its memory, and
     // their pins with the parent's threads, which the child has not: keep
     // every inherited mapping until the child exits.

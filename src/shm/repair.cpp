@@ -236,7 +236,7 @@ void attachment::repair() {
   hdr->free_lease = free_head;
   hdr->free_holder = kNil;
   for (std::uint32_t i = nh; i-- > 0;)
-    if (holders[i].state.load() == kHolderFree) link_free_holders(hdr, holders, i, i + 1);
+    if (holders[i].state.load() != kHolderAttached) link_free_holders(hdr, holders, i, i + 1);
 
   std::vector<std::uint32_t> queued;
   wake_list told;

@@ -20,6 +20,7 @@
 
 #include "shm/layout.hpp"
 #include "sys/clock.hpp"
+#include "sys/proc.hpp"
 #include "sys/shm.hpp"
 
 namespace shmsem::detail {
@@ -201,6 +202,19 @@ struct attachment {
   // operation then fails instead.
   int broken_by_fork = 0;
   std::atomic<std::uint32_t> self{kNoSelf};  // our holder record, claimed lazily (segment lock)
+  // A free holder record whose token claim_holder_early() took, not yet
+  // ours in the segment; ensure_self() makes it so. Both run only with
+  // `claiming` set, and a fork child clears both.
+  std::atomic<bool> claiming{false};
+  std::uint32_t early_claim = kNoSelf;
+  sys::process_identity early_identity;  // read with early_claim, off the lock
+  // Holders whose death this process has seen, as (generation << 32) |
+  // (index + 1), one per index modulo the size. A record stays attached,
+  // with the same generation, from its process's death until it is reaped,
+  // so a death seen is not asked of the kernel again: watch() and the
+  // reap under the lock after it pay one walk of the file's locks, not two.
+  static constexpr std::size_t kGoneSeen = 256;
+  mutable std::array<std::atomic<std::uint64_t>, kGoneSeen> gone_seen{};
   bool lifeline_asked = false;  // the lifeline thread took our record's lifeline to arm (lock)
   // Under the registry mutex:
   std::uint64_t serial = 0;            // unique among this process's attachments, never reused
@@ -285,6 +299,15 @@ struct attachment {
   double ewma_sample(std::int64_t now_ns) const;
 
   // --- holders and reaping (holders.cpp; [locked] unless said otherwise)
+  /// [not locked] Takes the token of a free holder record for this process
+  /// ahead of its first locked acquire, so that the system call, a walk of
+  /// every lock on the file, is not made under the lock. Grows the holder
+  /// table (under the lock, until `deadline_ns`) if it has no free record.
+  /// Best effort: ensure_self() claims under the lock whatever this did not.
+  void claim_holder_early(std::int64_t deadline_ns);
+  /// Our holder record, claimed (or taken over from claim_holder_early())
+  /// if we have none. Throws SegmentError (errc::too_many) if every record
+  /// is a live process's.
   std::uint32_t ensure_self(wake_list& wakes);
   /// True if holder record `holder` is attached and its process lives (or
   /// is this one). Reads the lifeline; probes the token only when the

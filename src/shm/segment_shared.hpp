@@ -23,14 +23,33 @@ inline void add(std::atomic<T>& a, U v) {
   a.store(a.load(std::memory_order_relaxed) + static_cast<T>(v), std::memory_order_relaxed);
 }
 
+// The holder free list, doubly linked (a record claimed by its token may
+// sit anywhere in it). The caller holds the lock, or is alone with the
+// segment.
+inline void push_free_holder(layout::segment_header* h, layout::holder_record* hs,
+                             std::uint32_t i) {
+  hs[i].next_free = h->free_holder;
+  hs[i].prev_free = layout::kNil;
+  if (h->free_holder != layout::kNil) hs[h->free_holder - 1].prev_free = i + 1;
+  h->free_holder = i + 1;
+}
+
+inline void unlink_free_holder(layout::segment_header* h, layout::holder_record* hs,
+                               std::uint32_t i) {
+  const std::uint32_t next = hs[i].next_free;
+  const std::uint32_t prev = hs[i].prev_free;
+  if (prev != layout::kNil)
+    hs[prev - 1].next_free = next;
+  else
+    h->free_holder = next;
+  if (next != layout::kNil) hs[next - 1].prev_free = prev;
+}
+
 // Pushes holder records [from, to) onto the free list, lowest index first
-// out. The caller holds the lock, or is alone with the segment.
+// out.
 inline void link_free_holders(layout::segment_header* h, layout::holder_record* hs,
                               std::uint32_t from, std::uint32_t to) {
-  for (std::uint32_t i = to; i-- > from;) {
-    hs[i].next_free = h->free_holder;
-    h->free_holder = i + 1;
-  }
+  for (std::uint32_t i = to; i-- > from;) push_free_holder(h, hs, i);
 }
 
 // The same for waiter slots, linked through `next` while free.

@@ -62,6 +62,7 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(holder_record, next_free), 60u);
   EXPECT_EQ(offsetof(holder_record, lifeline), 64u);
   EXPECT_EQ(offsetof(holder_record, lifeline_state), 104u);
+  EXPECT_EQ(offsetof(holder_record, prev_free), 108u);
   EXPECT_EQ(sizeof(holder_record), 128u);
 
   EXPECT_EQ(offsetof(thread_record, state), 0u);
@@ -104,7 +105,7 @@ TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kThreadsOffset % 4096u, 2048u);
   EXPECT_EQ(kLeasesOffset % 4096u, 0u);
   EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
-  EXPECT_EQ(kLayoutVersion, 7u);
+  EXPECT_EQ(kLayoutVersion, 8u);
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
 }
 
