@@ -63,6 +63,7 @@ void attachment::claim_holder_early(std::int64_t deadline_ns) {
         if (file->try_lock(kTokenBase + h, true)) {
           early_claim = h;
           early_identity = sys::self_identity();
+          SHMSEM_HOOK(claiming);
           return;
         }
         // Its token is still held: by a process that freed the record and

@@ -56,6 +56,7 @@ enum class point {
   renewing,
   leaving,
   repairing,
+  claiming,  // a first acquire holds a record's token, before the lock
 };
 /// The point's name as written above, for test names and reports.
 constexpr const char* point_name(point p) {
@@ -82,6 +83,8 @@ constexpr const char* point_name(point p) {
       return "renewing";
     case point::leaving:
       return "leaving";
+    case point::claiming:
+      return "claiming";
     case point::repairing:
       return "repairing";
   }

@@ -4,10 +4,12 @@
 // of one process must then claim one record among them. Were two threads
 // to claim at once, one could drop a token that the process's shared file
 // description already held for the other: the live process would read as
-// dead, and its seats would be reaped from under it.
+// dead, and its seats would be reaped from under it. A process killed
+// between its token and the lock must cost the others nothing.
 #include <shmsem/shmsem.hpp>
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <latch>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "shm/segment.hpp"
 #include "test_support.hpp"
 
 namespace shmsem {
@@ -63,6 +66,44 @@ TEST(HolderClaim, ThreadsTakingTheirProcesssFirstSeatsAtOnceKeepItAlive) {
     ASSERT_EQ(c.wait(60s), 0) << "round " << round;
     EXPECT_EQ(s.used(), 0) << "round " << round;
   }
+}
+
+void die_claiming(detail::testing::point p, std::string_view) {
+  if (p == detail::testing::point::claiming) ::raise(SIGKILL);
+}
+
+// A process killed between reserving its record (its token taken, before
+// the lock) and the lock held no seat and queued no waiter: it must cost
+// the others nothing. Its record is left reserved, with no token, on the
+// free list, where the locked claim takes it back once no record is free.
+TEST(HolderClaim, ProcessesKilledBetweenTheirTokenAndTheLockCostNoSeat) {
+  constexpr int kDeaths = 40;
+  constexpr int kCapacity = 2;
+  unique_key k;
+  auto s = Semaphore::open(k, kCapacity);
+  for (int i = 0; i < kDeaths; ++i) {
+    child_process c([&] {
+      detail::testing::set_hook(die_claiming);
+      auto mine = Semaphore::attach(k.str());
+      (void)mine.acquire(1, {.wait_timeout = 30s});
+      return 1;  // survived: the hook never ran
+    });
+    ASSERT_EQ(c.wait(60s), 128 + SIGKILL) << "death " << i;
+  }
+  EXPECT_EQ(s.used(), 0);
+  EXPECT_EQ(s.waiters(), 0);
+  // Every seat is still there for the living, and for their first acquires.
+  for (int i = 0; i < 20; ++i) {
+    child_process c([&] {
+      auto mine = Semaphore::attach(k.str());
+      Permit a = mine.acquire(kCapacity, {.wait_timeout = 30s});
+      return a.weight() == kCapacity ? 0 : 2;
+    });
+    ASSERT_EQ(c.wait(60s), 0) << "survivor " << i;
+  }
+  EXPECT_EQ(s.used(), 0);
+  EXPECT_EQ(s.stats().acquired, 20u);
+  EXPECT_EQ(s.reap(), 0);
 }
 
 }  // namespace
