@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "shm/segment.hpp"
 #include "shm/segment_shared.hpp"
 #include "sys/clock.hpp"
+#include "sys/futex.hpp"
 #include "sys/proc.hpp"
 #include "sys/robust_mutex.hpp"
 
@@ -29,7 +29,7 @@ class claim_guard {
   explicit claim_guard(std::atomic<bool>& flag) : flag_(flag) {}
   bool try_take() noexcept { return owns_ = !flag_.exchange(true, std::memory_order_acquire); }
   void take() noexcept {
-    while (!try_take()) std::this_thread::yield();
+    while (!try_take()) sys::yield();
   }
   ~claim_guard() {
     if (owns_) flag_.store(false, std::memory_order_release);
@@ -78,10 +78,7 @@ void attachment::claim_holder_early(std::int64_t deadline_ns) {
     if (n >= kMaxHolders) return;
     segment_lock lk(*this, deadline_ns);
     if (!lk.owns()) return;
-    if (hdr->holder_slots.load() == n) {
-      grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
-      link_free_holders(hdr, holders, n, hdr->holder_slots.load());
-    }
+    if (hdr->holder_slots.load() == n) grow_holders();
   }
 }
 
@@ -172,8 +169,7 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
       reap_holder(h, now, wakes);
   if ((chosen = claim_from_free_list()) != kNoSelf) return chosen;
   if (n < kMaxHolders) {
-    grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
-    link_free_holders(hdr, holders, n, hdr->holder_slots.load());
+    grow_holders();
     return claim_from_free_list();
   }
   // The table is full: only now probe the tokens of the holders without a
@@ -182,6 +178,12 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
     if (h != me && holders[h].state.load() == kHolderAttached && holder_gone(h))
       reap_holder(h, now, wakes);
   return claim_from_free_list();
+}
+
+void attachment::grow_holders() {
+  const std::uint32_t n = hdr->holder_slots.load();
+  grow_table(hdr->holder_slots, holders, kHoldersOffset, kMaxHolders, "holder records");
+  link_free_holders(hdr, holders, n, hdr->holder_slots.load());
 }
 
 void attachment::free_holder_record(std::uint32_t h) {

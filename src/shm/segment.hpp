@@ -533,6 +533,9 @@ struct attachment {
   bool reapable(std::uint32_t h) const;
   /// [locked] Takes a free holder record for this process, or kNoSelf.
   std::uint32_t take_free_holder(wake_list& wakes);
+  /// [locked] Grows the holder table and puts the new records on the free
+  /// list. Throws SegmentError if it is full or /dev/shm is.
+  void grow_holders();
   /// [locked] Puts holder record `h` (or waiter slot `w`) on its free list.
   void free_holder_record(std::uint32_t h);
   void push_free_waiter(std::uint32_t w);
