@@ -149,6 +149,7 @@ std::unique_ptr<segment_copy> read_copy(const std::string& name, const std::stri
   a->file_identity = {c->st.st_dev, c->st.st_ino};
   a->file = std::move(file);
   a->hdr = h;
+  a->tokens = std::make_unique<token_files>(a->key, path, h->token_nonce, h->token_secret);
   a->holders = reinterpret_cast<layout::holder_record*>(c->holders.get());
   a->threads = reinterpret_cast<layout::thread_record*>(c->threads.get());
   a->leases = reinterpret_cast<layout::lease_slot*>(c->leases.get());
@@ -225,6 +226,17 @@ std::vector<SegmentUser> users_of(std::vector<sys::open_file> files, const std::
           seats[holder] += std::max(0, l.weight.load());
       }
     }
+    // Tokens are held in the token files, which a process may hold without
+    // the segment open (shmsem run): their holders are users too.
+    std::string token_prefix;
+    if (copy) {
+      token_prefix = sys::shm_path(token_file_prefix(copy->att->hdr->token_nonce));
+      for (auto& f : sys::open_files_under(token_prefix))
+        if (!f.deleted) list.push_back(std::move(f));
+    }
+    auto in_token_file = [&](const sys::open_file& f) {
+      return !token_prefix.empty() && f.path.compare(0, token_prefix.size(), token_prefix) == 0;
+    };
     auto record_pid = [&](std::uint32_t i) {
       const auto& r = copy->att->holders[i];
       return r.pid_ns.load() == copy->att->pid_ns ? r.pid.load() : 0;
@@ -233,7 +245,7 @@ std::vector<SegmentUser> users_of(std::vector<sys::open_file> files, const std::
     std::map<std::pair<pid_t, bool>, SegmentUser> by_process;
     std::map<std::pair<pid_t, bool>, std::set<std::uint32_t>> tokens_of;
     for (const auto& f : list) {
-      const bool current_file = is_current(f);
+      const bool current_file = is_current(f) || in_token_file(f);
       SegmentUser& u = by_process[{f.pid, !current_file}];
       auto& mine = tokens_of[{f.pid, !current_file}];
       if (u.pid == 0) {
@@ -246,7 +258,7 @@ std::vector<SegmentUser> users_of(std::vector<sys::open_file> files, const std::
       for (const auto& l : f.locks) {
         if (l.start == layout::kAttachLockByte) u.attached = true;
         if (!l.exclusive || l.start < layout::kTokenBase) continue;
-        u.attached = true;  // a token lives in the description that holds the attach lock
+        u.attached = true;  // with the segment open or not, it holds a seat's token
         const std::uint64_t index = l.start - layout::kTokenBase;
         if (!current_file || !copy || index >= seats.size()) continue;
         const auto i = static_cast<std::uint32_t>(index);
@@ -264,7 +276,7 @@ std::vector<SegmentUser> users_of(std::vector<sys::open_file> files, const std::
       const attachment& a = *copy->att;
       for (std::uint32_t i = 0; i < seats.size(); ++i) {
         if (tokens_seen.count(i) || a.holders[i].state.load() != layout::kHolderAttached ||
-            !a.file->locked_by_other(layout::kTokenBase + i))
+            !a.tokens->held_by_other(i))
           continue;
         SegmentUser u;
         u.key = key;

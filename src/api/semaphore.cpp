@@ -220,12 +220,7 @@ Semaphore Semaphore::attach(std::string_view key, const Options& options) {
 
 bool Semaphore::remove(std::string_view key) {
   if (const auto* kind = detail::backend_of(key)) return kind->remove(key, false);
-  detail::validate_key(key);
-  const std::string name = detail::key_to_name(key);
-  const int err = sys::shm_remove(name);
-  if (err == 0) return true;
-  if (err == ENOENT) return false;
-  detail::throw_segment_errno(sys::shm_path(name), "cannot remove", err);
+  return attachment::remove(key);
 }
 
 bool Semaphore::remove_if_unused(std::string_view key) {

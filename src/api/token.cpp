@@ -19,14 +19,16 @@ int Semaphore::inheritable_liveness_fd() const {
                            "': its holder is this process's session with the server, which a "
                            "descriptor cannot carry to other processes");
   const detail::attachment& a = *h_->att;
-  if (a.self.load(std::memory_order_relaxed) == detail::kNoSelf)
+  const std::uint32_t self = a.self.load(std::memory_order_relaxed);
+  if (self == detail::kNoSelf)
     throw std::logic_error("shmsem: inheritable_liveness_fd() of '" + a.key +
                            "': this process has not acquired through this key, so it holds no "
                            "liveness token yet");
-  const int fd = a.file->dup_description();
+  const int fd = a.tokens->dup_description(self);
   if (fd < 0)
-    throw std::system_error(errno, std::system_category(),
-                            "shmsem: cannot duplicate the descriptor of " + a.path);
+    throw std::system_error(
+        errno, std::system_category(),
+        "shmsem: cannot duplicate the descriptor of " + a.tokens->path_of(self));
   return fd;
 }
 

@@ -60,7 +60,16 @@ void attachment::claim_holder_early(std::int64_t deadline_ns) {
         if (state.load(std::memory_order_relaxed) != kHolderFree ||
             !state.compare_exchange_strong(expected, kHolderClaiming, std::memory_order_acq_rel))
           continue;
-        if (file->try_lock(kTokenBase + h, true)) {
+        bool taken = false;
+        try {
+          taken = tokens->take(h);
+        } catch (...) {
+          // The locked path claims again, and reports what went wrong.
+          expected = kHolderClaiming;
+          state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
+          return;
+        }
+        if (taken) {
           early_claim = h;
           early_identity = sys::self_identity();
           SHMSEM_HOOK(claiming);
@@ -99,7 +108,7 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
       chosen = h;
       me = early_identity;
     } else {
-      file->unlock(kTokenBase + h);
+      tokens->give_back(h);
     }
   }
   if (chosen == kNoSelf) {
@@ -152,8 +161,11 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
     while (hdr->free_holder != kNil) {
       const std::uint32_t h = hdr->free_holder - 1;
       unlink_free_holder(hdr, holders, h);
-      if (file->try_lock(kTokenBase + h, true)) return h;
-      busy.push_back(h);
+      busy.push_back(h);  // until its token is ours
+      if (tokens->take(h)) {
+        busy.pop_back();
+        return h;
+      }
     }
     return kNoSelf;
   };
@@ -224,7 +236,7 @@ bool attachment::holder_gone(std::uint32_t h) const {
   if (seen.load(std::memory_order_relaxed) == mark &&
       r.state.load(std::memory_order_acquire) == kHolderAttached)
     return true;
-  if (file->locked_by_other(kTokenBase + h)) return false;
+  if (tokens->held_by_other(h)) return false;
   // Not if the record was reaped and claimed again meanwhile: its token
   // then said nothing of the process this generation names.
   if (r.state.load(std::memory_order_acquire) == kHolderAttached &&

@@ -65,21 +65,24 @@
 //   (no read-modify-write is needed: the lock already orders writers).
 // - Liveness has two parts. The truth is not in the segment at all: each
 //   process with a holder record holds an exclusive OFD lock on byte
-//   kTokenBase + its holder index of the segment file (its token). The
-//   kernel drops it at that process's death (SIGKILL, exec, a zombie not
-//   yet waited for: all the same), whatever its PID namespace. But asking
-//   the kernel about a token (F_OFD_GETLK) walks every lock on the file,
-//   two per attached process, so a fleet of N processes would pay O(N) per
-//   probe. The hint is in the segment: each holder record carries a robust
-//   mutex, its lifeline, which a thread of that process keeps locked for as
-//   long as the process lives (shm/lifeline.hpp). At the death of that
-//   thread (any death of the process, and exec) the kernel marks the word
+//   kTokenBase + its holder index of a token file (its token), a small file
+//   beside the segment (token_file_name()), one per kHoldersPerTokenFile
+//   records. The kernel drops the lock at that process's death (SIGKILL,
+//   exec, a zombie not yet waited for: all the same), whatever its PID
+//   namespace. Taking a lock, or asking about one (F_OFD_GETLK), walks
+//   every lock on the file: on the segment file, that would be every
+//   attached process's; on a token file it is at most kHoldersPerTokenFile.
+//   A token file holds the segment's token_secret, and is trusted only if
+//   it does: whoever can read the segment wrote it (shm/tokens.hpp). The
+//   hint is in the segment: each holder record carries a robust mutex, its
+//   lifeline, which a thread of that process keeps locked for as long as
+//   the process lives (shm/lifeline.hpp). At the death of that thread (any
+//   death of the process, and exec) the kernel marks the word
 //   FUTEX_OWNER_DIED. Reading the word is a load; only a lifeline that
 //   reads dead (or a holder without one) costs a probe of the token, and
-//   the token decides. Taking a token walks the same list, so a process
-//   takes its token before the lock: it reserves a free holder record by
-//   CAS (holder_state), the only change to a holder record made without
-//   the lock.
+//   the token decides. A process takes its token before the segment lock:
+//   it reserves a free holder record by CAS (holder_state), the only change
+//   to a holder record made without the lock.
 //
 // If a process dies holding `mutex`, the next locker gets EOWNERDEAD and
 // repairs: every derived field (the seats in use, free list, queue,
@@ -110,7 +113,7 @@
 namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 8;
+inline constexpr std::uint32_t kLayoutVersion = 9;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kMaxKeySize = 255;
 
@@ -269,7 +272,13 @@ inline constexpr std::uint64_t kAttachLockByte = kLockBase + 1;  // shared by ev
 // segment is initialized and its live state trusted, so that an opener can
 // join without the init lock (open.cpp, join_live).
 inline constexpr std::uint64_t kSettledLockByte = kLockBase + 2;
-inline constexpr std::uint64_t kTokenBase = kLockBase + 64;  // + holder index: liveness token
+// + holder index: a holder's liveness token, in its token file.
+inline constexpr std::uint64_t kTokenBase = kLockBase + 64;
+/// Holder records whose tokens share one token file: each lock taken or
+/// asked about there walks at most this many locks.
+inline constexpr std::uint32_t kHoldersPerTokenFile = 128;
+inline constexpr std::uint32_t kTokenFiles = kMaxHolders / kHoldersPerTokenFile;
+static_assert(kMaxHolders % kHoldersPerTokenFile == 0);
 
 /// The upper bounds of the duration histograms' buckets, in ns; a last
 /// bucket above them is implicit. Shared counters are counted into these
@@ -342,10 +351,12 @@ struct alignas(kCacheLine) segment_header {
   std::atomic<std::uint32_t> init_state;  // init_state
   std::uint32_t key_size;
   std::int64_t created_realtime_ns;
-  std::int64_t ewma_base_ns;  // CLOCK_MONOTONIC at creation: the origin of ewma_ms()
-  char key[kMaxKeySize + 1];  // NUL-terminated copy of the key
-  std::uint32_t fencing;      // non-zero: every grant takes a fencing token (next_fence)
-  std::uint32_t fairness;     // fairness_code(): the policy every process follows
+  std::int64_t ewma_base_ns;   // CLOCK_MONOTONIC at creation: the origin of ewma_ms()
+  char key[kMaxKeySize + 1];   // NUL-terminated copy of the key
+  std::uint32_t fencing;       // non-zero: every grant takes a fencing token (next_fence)
+  std::uint32_t fairness;      // fairness_code(): the policy every process follows
+  std::uint64_t token_nonce;   // random: names the segment's token files
+  std::uint64_t token_secret;  // random: what a token file holds to be trusted
 
   // --- the lock ----------------------------------------------------------
   alignas(kCacheLine) pthread_mutex_t mutex;
@@ -527,6 +538,8 @@ constexpr std::uint32_t format_word() {
   mix(kMaxThreads);
   mix(kMaxLeases);
   mix(kSeatBits);
+  mix(kHoldersPerTokenFile);
+  mix(offsetof(segment_header, token_secret));
   for (std::int64_t bound : kHistogramBoundsNs) mix(static_cast<std::uint64_t>(bound));
   return static_cast<std::uint32_t>(h ^ (h >> 32));
 }

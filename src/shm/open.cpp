@@ -78,6 +78,10 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   h->next_fence = static_cast<std::uint64_t>(std::max<std::int64_t>(1, h->created_realtime_ns));
   h->fencing = fencing ? 1 : 0;
   h->fairness = fairness_code(fairness.value_or(Fairness::fifo));
+  // The name of the token files and the proof of their origin (tokens.hpp).
+  if (int e = sys::random_u64(h->token_nonce);
+      e != 0 || (e = sys::random_u64(h->token_secret)) != 0)
+    throw_segment_errno(path, "cannot draw the token secret of", e);
   link_free_holders(h, holders(base), 0, kInitialHolders);
   link_free_waiters(h, waiters(base), 0, kInitialWaiters);
   h->init_state.store(kReady, std::memory_order_release);
@@ -119,7 +123,7 @@ attachment* share_attached(std::string_view key, const std::string& name, int pe
                            const std::vector<std::string>& trusted_owners,
                            std::optional<Fairness> fairness) {
   for (attachment* a : attachments_of_process()) {
-    if (a->name != name || a->dying || a->broken_by_fork) continue;
+    if (a->name != name || a->dying) continue;
     struct ::stat st;
     // A removed file stays usable for those who have it, but a new open
     // must get the semaphore that now has the name.
@@ -266,6 +270,16 @@ bool alone_by(sys::shm_file& file, const std::string& path, std::int64_t deadlin
   }
 }
 
+// Under the init lock, with the segment mapped and valid: true if a
+// process holds a token of it. A process tree can keep its starter's token
+// (shmsem run) without the segment open, so an attach byte nobody holds is
+// not proof that nobody uses the segment.
+bool tokens_held(std::string_view key, const std::string& path, void* base) {
+  const segment_header* h = header(base);
+  const token_files tokens(std::string(key), path, h->token_nonce, h->token_secret);
+  return tokens.any_held_by_other(h->holder_slots.load());
+}
+
 // Step 5, under the init lock: the first process to attach (`alone`)
 // initializes a new or half-made segment, and clears the live state of
 // one whose users all died. A problem left over is an error.
@@ -304,6 +318,8 @@ attachment* register_attachment(std::string_view key, const std::string& name,
   a->file_identity = {st.st_dev, st.st_ino};
   a->file = std::move(file);
   a->hdr = header(base);
+  a->tokens = std::make_unique<token_files>(a->key, path, a->hdr->token_nonce, a->hdr->token_secret,
+                                            st.st_mode, st.st_gid);
   a->holders = layout::holders(base);
   a->waiters = layout::waiters(base);
   a->threads = layout::threads(base);
@@ -339,8 +355,10 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
       return a;
     }
     if (!lock_for_init(*file, path, deadline, attempt, st)) continue;
-    const bool alone = alone_by(*file, path, deadline);
+    const bool alone_attached = alone_by(*file, path, deadline);
     const problem p = map_and_check(*file, key, path, st);
+    const bool alone =
+        alone_attached && !(p == problem::none && tokens_held(key, path, file->base()));
     initialize_if_alone(*file, key, permits, path, fencing, fairness, alone, p);
     // Settled before the attach byte is shared: a joiner that gets in then
     // finds the proof it needs.
@@ -353,15 +371,34 @@ attachment* attachment::acquire_handle(std::string_view key, int permits, mode_t
   }
 }
 
+namespace {
+// The token files of the segment in `file`, if its header is of this
+// layout and ready: their nonce, and how many holder records it has.
+bool read_token_names(const sys::shm_file& file, std::uint64_t& nonce, std::uint32_t& records,
+                      std::uint64_t& secret) {
+  alignas(segment_header) unsigned char bytes[sizeof(segment_header)];
+  if (file.read_at(0, bytes, sizeof bytes) != 0) return false;
+  const segment_header* h = header(bytes);
+  if (h->magic != kMagic || h->layout_version != kLayoutVersion || h->format != format_word() ||
+      h->init_state.load() != kReady)
+    return false;
+  nonce = h->token_nonce;
+  secret = h->token_secret;
+  records = std::min(h->holder_slots.load(), kMaxHolders);
+  return true;
+}
+}  // namespace
+
 bool attachment::remove_if_unused(std::string_view key) {
   validate_key(key);
   const std::string name = key_to_name(key);
+  const std::string path = sys::shm_path(name);
   int err = 0;
   bool created = false;
   auto file = sys::shm_file::open(name, false, 0600, err, created);
   if (!file) {
     if (err == ENOENT) return false;
-    throw_segment_errno(sys::shm_path(name), "cannot open", err);
+    throw_segment_errno(path, "cannot open", err);
   }
   struct ::stat st;
   if (file->stat(st) != 0 || !S_ISREG(st.st_mode)) return false;
@@ -370,11 +407,43 @@ bool attachment::remove_if_unused(std::string_view key) {
   if (!file->lock_until(kInitLockByte, true, sys::precise_now_ns() + 2'000'000'000)) return false;
   if (file->stat(st) != 0 || st.st_nlink == 0) return false;
   if (!file->try_lock(kAttachLockByte, true)) return false;  // someone is attached
+  std::uint64_t nonce = 0, secret = 0;
+  std::uint32_t records = 0;
+  const bool has_tokens = read_token_names(*file, nonce, records, secret);
+  if (has_tokens && token_files(std::string(key), path, nonce, secret).any_held_by_other(records))
+    return false;  // a process tree holds a token (shmsem run)
   sys::file_id now_there;
   if (sys::shm_stat_name(name, now_there) != 0 ||
       !(now_there == sys::file_id{st.st_dev, st.st_ino}))
     return false;
-  return sys::shm_remove(name) == 0;
+  if (sys::shm_remove(name) != 0) return false;
+  // Nobody is attached and no token is held, so nobody can take one: the
+  // token files can go (a new segment of the key has new ones).
+  if (has_tokens) token_files::remove_all(nonce, records);
+  return true;
+}
+
+bool attachment::remove(std::string_view key) {
+  validate_key(key);
+  const std::string name = key_to_name(key);
+  const std::string path = sys::shm_path(name);
+  int err = 0;
+  auto file = sys::shm_file::open_read_only(name, err);
+  std::uint64_t nonce = 0, secret = 0;
+  std::uint32_t records = 0;
+  const bool has_tokens = file && read_token_names(*file, nonce, records, secret);
+  if ((err = sys::shm_remove(name)) != 0) {
+    if (err == ENOENT) return false;
+    throw_segment_errno(path, "cannot remove", err);
+  }
+  // Those still attached keep using the removed segment, and its token
+  // files with it; they stay until nobody is left who could take a token.
+  // Once the name is gone nobody new can attach, so nobody attached and no
+  // token held now means for good.
+  if (has_tokens && !file->locked_by_other(kAttachLockByte) &&
+      !token_files(std::string(key), path, nonce, secret).any_held_by_other(records))
+    token_files::remove_all(nonce, records);
+  return true;
 }
 
 }  // namespace shmsem::detail

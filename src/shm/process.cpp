@@ -1,5 +1,5 @@
 // process.cpp: how a process lives with its attachments: the registry that
-// lets handles share one, fork (a child gets descriptions of its own), each
+// lets handles share one, fork (a child gets token files of its own), each
 // thread's table of fast-path entries and the pins that keep a mapping
 // alive, and detaching when no handle and no permit is left.
 
@@ -59,23 +59,15 @@ void atfork_child() {
   unlock_handles_after_fork();
   registry_mutex.unlock();
   lifeline::forget_after_fork();
-  // The child shares our open file descriptions, and with them our liveness
-  // tokens: while it lived, our death would go unnoticed, and its probes,
-  // which cannot see locks of its own description, would find us dead.
-  // Give it its own descriptions; it claims its own holder record at its
-  // first acquire. If it cannot have one, it must not use the semaphore.
+  // The child shares our open file descriptions. That of the segment may
+  // stay shared: its locks say only that the segment is in use, which it
+  // is while either of us lives. Those of the token files hold our tokens:
+  // while the child kept them our death would go unnoticed, and its probes,
+  // which cannot see locks of its own descriptions, would find us dead. It
+  // opens its own now, and claims its own holder record at its first
+  // acquire.
   for (attachment* a : registry) {
-    int err = a->file->reopen_description();
-#ifdef SHMSEM_TESTING
-    if (testing::fail_reopen_after_fork.load()) err = EMFILE;
-#endif
-    if (err == 0) {
-      a->file->try_lock(kAttachLockByte, false);
-      a->file->try_lock(kSettledLockByte, false);
-    } else {
-      a->broken_by_fork = err;
-      a->file->abandon();
-    }
+    a->tokens->reopen_after_fork(a->hdr->holder_slots.load(std::memory_order_acquire));
     a->self.store(kNoSelf, std::memory_order_relaxed);
     // A token the parent took ahead of the lock stayed with its description.
     a->early_claim = kNoSelf;

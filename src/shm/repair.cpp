@@ -115,18 +115,6 @@ void reset_live_state(void* base) {
 }
 
 bool attachment::lock(std::int64_t deadline_ns) {
-  if (broken_by_fork)
-    fail(broken_by_fork == EACCES || broken_by_fork == EPERM ? errc::permission_denied
-                                                             : errc::bad_segment,
-         std::string("this process was forked from one that had it open, and could not get a "
-                     "file description of its own (") +
-             std::strerror(broken_by_fork) +
-             "); sharing the parent's, it could not tell the parent's death from its own, so it "
-             "cannot use this semaphore" +
-             (broken_by_fork == EACCES || broken_by_fork == EPERM
-                  ? ": the parent had dropped the rights to the segment before it forked (open, "
-                    "fork, then drop privileges, as prefork servers do)"
-                  : ": open it again"));
   switch (sys::robust_mutex_lock(&hdr->mutex, deadline_ns)) {
     case sys::lock_result::locked:
       if (hdr->repair_pending) repair_after_death(false);

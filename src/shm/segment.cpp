@@ -20,7 +20,6 @@ std::atomic<hook_fn> current_hook{nullptr};
 void set_hook(hook_fn fn) {
   current_hook.store(fn);
 }
-std::atomic<int> fail_reopen_after_fork{0};
 std::atomic<int> no_watch_tick{0};
 std::atomic<std::int64_t> starvation_bound_ns{0};
 }  // namespace testing

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shm/layout.hpp"
+#include "shm/tokens.hpp"
 #include "sys/clock.hpp"
 #include "sys/proc.hpp"
 #include "sys/shm.hpp"
@@ -99,9 +100,6 @@ extern std::atomic<int> no_watch_tick;
 /// Non-zero: Fairness::barging's starvation bound in this process, in ns,
 /// instead of kStarvationBound (a forked waiter inherits it).
 extern std::atomic<std::int64_t> starvation_bound_ns;
-/// Non-zero: a fork child acts as if it could not get a file description
-/// of its own (as at the descriptor limit with /proc unavailable).
-extern std::atomic<int> fail_reopen_after_fork;
 }  // namespace testing
 #define SHMSEM_HOOK(p)                                                                        \
   do {                                                                                        \
@@ -190,6 +188,7 @@ struct attachment {
   std::string name;  // in /dev/shm
   std::string path;  // /dev/shm/<name>
   std::unique_ptr<sys::shm_file> file;
+  std::unique_ptr<token_files> tokens;  // where the holders' liveness tokens are
   sys::file_id file_identity;
   layout::segment_header* hdr = nullptr;
   layout::holder_record* holders = nullptr;
@@ -199,11 +198,6 @@ struct attachment {
   std::uint64_t pid_ns = 0;
 
   // Process-local state.
-  // Non-zero (an errno) in a fork child that could not get a file
-  // description of its own: sharing the parent's, its probes could not see
-  // the parent's token, and it would reap the live parent. Every locked
-  // operation then fails instead.
-  int broken_by_fork = 0;
   std::atomic<std::uint32_t> self{kNoSelf};  // our holder record, claimed lazily (segment lock)
   // A free holder record whose token claim_holder_early() took, not yet
   // ours in the segment; ensure_self() makes it so. Both run only with
@@ -263,6 +257,10 @@ struct attachment {
   /// Removes the segment if no live process is attached. Race-free against
   /// a concurrent attach.
   static bool remove_if_unused(std::string_view key);
+  /// Removes the segment's name whoever uses it (they keep the segment they
+  /// have); its token files too when nobody is left to use them. False if
+  /// there was none. Throws SegmentError.
+  static bool remove(std::string_view key);
   /// [locked] Called when this process is done with the segment: frees what
   /// it kept in reserve (lease slots, thread records) and its holder record.
   void retire_self();

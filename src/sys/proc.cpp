@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -81,6 +82,14 @@ char process_state(pid_t pid) {
 
 pid_t self_pid() noexcept {
   return ::getpid();
+}
+
+int random_u64(std::uint64_t& out) noexcept {
+  for (;;) {
+    const ssize_t r = ::getrandom(&out, sizeof out, 0);
+    if (r == static_cast<ssize_t>(sizeof out)) return 0;
+    if (r < 0 && errno != EINTR) return errno;
+  }
 }
 
 std::string host_name() {

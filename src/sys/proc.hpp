@@ -36,6 +36,9 @@ char process_state(pid_t pid);
 /// getpid(): this process's pid in its own PID namespace.
 pid_t self_pid() noexcept;
 
+/// 64 bits from the kernel's random source (getrandom). Returns errno or 0.
+int random_u64(std::uint64_t& out) noexcept;
+
 enum class exit_wait { exited, timed_out, unavailable };
 
 /// Sleeps until process `pid` (of this PID namespace) has exited, or until

@@ -26,9 +26,9 @@ namespace shmsem::sys {
 struct shm_file::impl {
   bip::shared_memory_object object;
   bip::mapped_region region;
-  int read_only_fd = -1;  // open_read_only(): a plain descriptor, no Boost object
+  int plain_fd = -1;  // open_read_only(), open_for_locks(): no Boost object
   ~impl() {
-    if (read_only_fd >= 0) ::close(read_only_fd);
+    if (plain_fd >= 0) ::close(plain_fd);
   }
 };
 
@@ -78,25 +78,33 @@ std::unique_ptr<shm_file> shm_file::open(const std::string& name, bool create, m
   return f;
 }
 
-std::unique_ptr<shm_file> shm_file::open_read_only(const std::string& name, int& err) {
+std::unique_ptr<shm_file> shm_file::open_plain(const std::string& name, int flags, int& err) {
   err = 0;
   const std::string p = shm_path(name);
   // Not shm_open: it would block on a FIFO planted at the name.
-  const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int fd = ::open(p.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     err = errno;
     return nullptr;
   }
   std::unique_ptr<shm_file> f(new shm_file);
   f->impl_ = std::make_unique<impl>();
-  f->impl_->read_only_fd = fd;
+  f->impl_->plain_fd = fd;
   return f;
+}
+
+std::unique_ptr<shm_file> shm_file::open_read_only(const std::string& name, int& err) {
+  return open_plain(name, O_RDONLY, err);
+}
+
+std::unique_ptr<shm_file> shm_file::open_for_locks(const std::string& name, int& err) {
+  return open_plain(name, O_RDWR, err);
 }
 
 shm_file::~shm_file() = default;
 
 int shm_file::fd() const {
-  if (impl_->read_only_fd >= 0) return impl_->read_only_fd;
+  if (impl_->plain_fd >= 0) return impl_->plain_fd;
   return static_cast<int>(impl_->object.get_mapping_handle().handle);
 }
 
@@ -141,66 +149,6 @@ int shm_file::allocate(std::uint64_t off, std::uint64_t len) {
   return r == 0 ? 0 : errno;
 }
 
-int shm_file::reopen_description() {
-  // dup3() and mmap(MAP_FIXED) bypass Boost.Interprocess on purpose: the
-  // object must keep its descriptor number and the mapping its address
-  // (Permits point into it), and Boost has no way to swap what is under
-  // them in place.
-  const int old = fd();
-  const std::string self = "/proc/self/fd/" + std::to_string(old);
-  int nfd = ::open(self.c_str(), O_RDWR | O_CLOEXEC);
-  if (nfd < 0 && (errno == EMFILE || errno == ENFILE)) {
-    // No descriptor to spare: give up ours (the mapping keeps the file
-    // alive) and open the file by name. The lowest free number, ours, is
-    // the one it gets, unless another thread took it meanwhile.
-    struct ::stat before, after;
-    if (::fstat(old, &before) != 0) return errno;
-    ::close(old);
-    const char* name = impl_->object.get_name();  // Boost keeps shm_open's "/name"
-    const std::string path = std::string(kShmDir) + (name[0] == '/' ? "" : "/") + name;
-    nfd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (nfd < 0) {
-      const int e = errno;
-      ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // the number stays ours, for the destructor
-      return e;
-    }
-    if (::fstat(nfd, &after) != 0 || after.st_ino != before.st_ino ||
-        after.st_dev != before.st_dev) {
-      ::close(nfd);
-      ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      return ESTALE;  // removed or replaced since: not the semaphore we mapped
-    }
-  } else if (nfd < 0) {
-    return errno;
-  }
-  int e = 0;
-  if (nfd != old) {
-    if (::dup3(nfd, old, O_CLOEXEC) < 0) e = errno;
-    ::close(nfd);
-  }
-  if (e == 0 && base_ != nullptr &&
-      ::mmap(base_, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, old, 0) == MAP_FAILED)
-    e = errno;
-  return e;
-}
-
-void shm_file::abandon() noexcept {
-  // If the anonymous mapping cannot be made, the shared one stays: the
-  // attachment is refused all the same, only its memory is not given back.
-  if (base_ != nullptr)
-    (void)::mmap(base_, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-                 0);
-  const int old = fd();
-  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd >= 0) {
-    ::dup3(null_fd, old, O_CLOEXEC);
-    ::close(null_fd);
-  } else {
-    ::close(old);
-    ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // lands on the number just freed
-  }
-}
-
 namespace {
 struct flock make_lock(short type, std::uint64_t byte) {
   struct flock l {};
@@ -242,6 +190,38 @@ bool shm_file::locked_by_other(std::uint64_t byte) const {
   struct flock l = make_lock(F_WRLCK, byte);
   if (::fcntl(fd(), F_OFD_GETLK, &l) != 0) return true;  // unknown: never judge dead on error
   return l.l_type != F_UNLCK;
+}
+
+bool shm_file::locked_by_other(std::uint64_t first, std::uint64_t count) const {
+  struct flock l = make_lock(F_WRLCK, first);
+  l.l_len = static_cast<off_t>(count);
+  if (::fcntl(fd(), F_OFD_GETLK, &l) != 0) return true;
+  return l.l_type != F_UNLCK;
+}
+
+int shm_publish(const std::string& name, const void* data, std::size_t n, mode_t mode, gid_t gid) {
+  const int fd = ::open(kShmDir, O_TMPFILE | O_RDWR | O_CLOEXEC, mode & 07777);
+  if (fd < 0) return errno;
+  int err = 0;
+  const auto* p = static_cast<const char*>(data);
+  for (std::size_t done = 0; done < n && err == 0;) {
+    const ssize_t w = ::write(fd, p + done, n - done);
+    if (w < 0 && errno != EINTR) err = errno;
+    if (w > 0) done += static_cast<std::size_t>(w);
+  }
+  // A group this process is not in stays its own: the mode then decides
+  // who else may open the file, and they are told if they may not.
+  if (err == 0 && gid != static_cast<gid_t>(-1)) (void)::fchown(fd, static_cast<uid_t>(-1), gid);
+  if (err == 0 && ::fchmod(fd, mode & 07777) != 0) err = errno;
+  // linkat() with AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; through
+  // /proc/self/fd it needs nothing. It never replaces an existing name.
+  if (err == 0) {
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, shm_path(name).c_str(), AT_SYMLINK_FOLLOW) != 0)
+      err = errno;
+  }
+  ::close(fd);
+  return err;
 }
 
 int shm_remove(const std::string& name) {

@@ -39,6 +39,8 @@ class shm_file {
   /// never blocks (on a FIFO planted at the name). Returns nullptr and sets
   /// `err` (an errno) on failure.
   static std::unique_ptr<shm_file> open_read_only(const std::string& name, int& err);
+  /// The same, read-write: for exclusive locks. It never creates the file.
+  static std::unique_ptr<shm_file> open_for_locks(const std::string& name, int& err);
   ~shm_file();
   shm_file(const shm_file&) = delete;
   shm_file& operator=(const shm_file&) = delete;
@@ -59,19 +61,6 @@ class shm_file {
   /// A new close-on-exec descriptor sharing this open file description (and
   /// so its OFD locks). Returns it, or -1 with errno set.
   int dup_description() const;
-  /// Replaces this process's open file description with a fresh one for the
-  /// same file, and remaps the mapping onto it in place (after fork, so the
-  /// child's OFD locks are its own: a mapping holds a reference to its file
-  /// description too, and would keep the parent's liveness token alive).
-  /// At the descriptor limit it gives up its own descriptor first and opens
-  /// the file by name (checking it is the same file). Returns errno or 0.
-  int reopen_description();
-  /// Lets go of the file without letting go of the memory: the mapping is
-  /// replaced by private anonymous memory and the descriptor by /dev/null,
-  /// so nothing of this process refers to the file's open file description
-  /// any more (for a fork child that could not reopen it). Best effort.
-  void abandon() noexcept;
-
   /// Open-file-description byte locks (F_OFD_*): held per open file
   /// description and dropped by the kernel when the last fd to it closes,
   /// on any death of the holder. They serve as liveness tokens.
@@ -82,9 +71,13 @@ class shm_file {
   void unlock(std::uint64_t byte);
   /// True if another open file description holds a lock on `byte`.
   bool locked_by_other(std::uint64_t byte) const;
+  /// True if another open file description holds a lock on any byte of
+  /// [first, first + count). True also when the kernel cannot say.
+  bool locked_by_other(std::uint64_t first, std::uint64_t count) const;
 
  private:
   shm_file() = default;
+  static std::unique_ptr<shm_file> open_plain(const std::string& name, int flags, int& err);
   struct impl;
   std::unique_ptr<impl> impl_;
   void* base_ = nullptr;
@@ -93,6 +86,13 @@ class shm_file {
 
 /// Removes /dev/shm/<name>. Returns errno or 0.
 int shm_remove(const std::string& name);
+
+/// Creates /dev/shm/<name> holding the `n` bytes at `data`, with `mode`
+/// whatever the umask and group `gid` (if this process may give it that
+/// group; (gid_t)-1: its own), in one step: the file is written unnamed
+/// (O_TMPFILE) and only then linked at the name, so whoever opens the name
+/// finds it whole. Returns errno or 0; EEXIST if the name was taken first.
+int shm_publish(const std::string& name, const void* data, std::size_t n, mode_t mode, gid_t gid);
 
 /// Reads up to `n` bytes from the start of /dev/shm/<name> (read-only, no
 /// symlinks, no blocking on a FIFO) and its size. Returns errno or 0.

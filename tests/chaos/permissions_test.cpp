@@ -2,8 +2,10 @@
 // another user; 0660 with a shared group works across users, including
 // reaping a killed holder of another user; and a live holder owned by
 // another user is never judged dead (liveness does not come from kill(),
-// whose EPERM would otherwise look like an error). Children drop to
-// unprivileged uids with setgid/setuid after fork.
+// whose EPERM would otherwise look like an error); a prefork worker that
+// drops its privileges after the fork holds seats of its own, and one forked
+// after its parent dropped them refuses the semaphore. Children drop
+// to unprivileged uids with setgid/setuid after fork.
 #include <shmsem/shmsem.hpp>
 
 #include <grp.h>
@@ -148,6 +150,66 @@ TEST_F(Permissions, LiveHolderOfAnotherUserIsNotTreatedAsDead) {
   EXPECT_EQ(sem.used(), 1);
   other.kill(SIGKILL);
   EXPECT_EQ(sem.reap(), 1);
+}
+
+// A prefork server: the master opens the semaphore as root (mode 0600), and
+// each worker drops to an unprivileged user after the fork, then takes its
+// seats through the handle it inherited. Its token must be its own, and
+// its death must show.
+TEST_F(Permissions, AWorkerThatDropsPrivilegesAfterForkHoldsItsOwnSeat) {
+  test::unique_key key;
+  test::pipe_channel held;
+  test::child_process master([&] {
+    Options o;
+    o.mode = 0600;
+    Semaphore sem = Semaphore::open(key, 2, o);
+    Permit mine = sem.acquire();  // the master's token file exists, root's, 0600
+    if (!test::eventually(test::other_threads_parked)) return 2;
+    test::child_process worker([&] {
+      if (!become(64006, 64006)) return 10;
+      Permit p = sem.acquire(1, {.wait_timeout = 10s});
+      held.send('h');
+      ::pause();
+      return 0;
+    });
+    if (held.receive() != 'h') return 3;
+    if (sem.used() != 2 || sem.reap() != 0) return 4;  // the worker lives
+    worker.kill(SIGKILL);
+    (void)worker.wait();
+    if (!sem.acquire(1, {.wait_timeout = 10s}).is_held()) return 5;  // its seat came back
+    return mine.is_held() ? 0 : 6;
+  });
+  EXPECT_EQ(master.wait(), 0) << "3: the worker could not take a seat; 4: it was reaped alive";
+}
+
+// The other order: the parent drops its privileges first and forks after.
+// Its child cannot open the token files its parent made as root, so it
+// cannot hold a token of its own: it must refuse the semaphore, say why,
+// and never judge the parent dead.
+TEST_F(Permissions, AChildForkedAfterItsParentDroppedPrivilegesRefusesTheSemaphoreLoudly) {
+  test::unique_key key;
+  test::child_process parent([&] {
+    Options o;
+    o.mode = 0600;
+    Semaphore sem = Semaphore::open(key, 2, o);
+    Permit mine = sem.acquire();
+    if (!become(64007, 64007)) return 10;
+    if (!test::eventually(test::other_threads_parked)) return 2;
+    test::child_process child([&] {
+      try {
+        (void)sem.try_acquire();
+        return 2;  // a seat without a token of its own
+      } catch (const SegmentError& e) {
+        if (e.code() != errc::permission_denied) return 3;
+        if (std::string(e.what()).find(key.str()) == std::string::npos) return 4;
+      }
+      return sem.reap() == 0 ? 0 : 5;
+    });
+    if (const int c = child.wait(); c != 0) return 20 + c;
+    return mine.is_held() && sem.used() == 1 ? 0 : 6;
+  });
+  EXPECT_EQ(parent.wait(), 0) << "22: the child took a seat; 23: not permission_denied; 24: the "
+                                 "error did not name the key; 25: the child reaped the parent";
 }
 
 }  // namespace

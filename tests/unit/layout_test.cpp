@@ -105,7 +105,12 @@ TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kThreadsOffset % 4096u, 2048u);
   EXPECT_EQ(kLeasesOffset % 4096u, 0u);
   EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
-  EXPECT_EQ(kLayoutVersion, 8u);
+  EXPECT_EQ(kLayoutVersion, 9u);
+  // Which token file holds a holder's token, and where the header keeps
+  // the token files' name and secret.
+  EXPECT_EQ(kHoldersPerTokenFile, 128u);
+  EXPECT_EQ(offsetof(segment_header, token_nonce), 304u);
+  EXPECT_EQ(offsetof(segment_header, token_secret), 312u);
   EXPECT_EQ(kMagic, 0x314d45534d4853ULL);
 }
 
