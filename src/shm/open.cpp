@@ -423,6 +423,35 @@ bool attachment::remove_if_unused(std::string_view key) {
   return true;
 }
 
+std::unique_ptr<removed_segment> attachment::if_removed() const noexcept {
+  try {
+    struct ::stat st;
+    if (file->stat(st) != 0 || st.st_nlink != 0) return nullptr;
+    auto r = std::make_unique<removed_segment>();
+    int err = 0;
+    if (!(r->file = file->open_again(err))) return nullptr;
+    r->key = key;
+    r->path = path;
+    r->nonce = hdr->token_nonce;
+    r->secret = hdr->token_secret;
+    r->records = std::min(hdr->holder_slots.load(), kMaxHolders);
+    return r;
+  } catch (...) {  // out of memory: the token files are left behind, harmless
+    return nullptr;
+  }
+}
+
+void removed_segment::remove_token_files_if_unused() noexcept {
+  try {
+    // Our own description: the attach lock of any other, a fork child's
+    // included, shows. The name is gone, so nobody new can attach.
+    if (!file->try_lock(kAttachLockByte, true)) return;
+    if (token_files(key, path, nonce, secret).any_held_by_other(records)) return;
+    token_files::remove_all(nonce, records);
+  } catch (...) {
+  }
+}
+
 bool attachment::remove(std::string_view key) {
   validate_key(key);
   const std::string name = key_to_name(key);

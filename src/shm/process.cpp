@@ -157,7 +157,9 @@ void attachment::finish_detach(attachment* a) noexcept {
   }
   // Never unmap while holding the lock: the kernel could no longer reach
   // the robust mutex to mark it if we died.
-  delete a;  // closes the fd: our OFD locks (token, attach) go with it
+  std::unique_ptr<removed_segment> removed = a->if_removed();
+  delete a;  // closes the fds: our OFD locks (token, attach) go with them
+  if (removed) removed->remove_token_files_if_unused();
 }
 
 void attachment::retire_self() {

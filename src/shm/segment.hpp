@@ -183,6 +183,17 @@ struct loss {
   std::string describe() const;
 };
 
+/// A segment whose name was removed, which this process is letting go of.
+/// Once it has, the segment's token files go too if nobody is left who
+/// could take a token: nobody attached, no token held.
+struct removed_segment {
+  std::unique_ptr<sys::shm_file> file;  // a description of our own, opened before we let go
+  std::string key, path;
+  std::uint64_t nonce = 0, secret = 0;
+  std::uint32_t records = 0;
+  void remove_token_files_if_unused() noexcept;
+};
+
 struct attachment {
   std::string key;
   std::string name;  // in /dev/shm
@@ -257,6 +268,9 @@ struct attachment {
   /// Removes the segment if no live process is attached. Race-free against
   /// a concurrent attach.
   static bool remove_if_unused(std::string_view key);
+  /// Null unless the segment's name was removed: then what
+  /// removed_segment needs to remove its token files once we let go.
+  std::unique_ptr<removed_segment> if_removed() const noexcept;
   /// Removes the segment's name whoever uses it (they keep the segment they
   /// have); its token files too when nobody is left to use them. False if
   /// there was none. Throws SegmentError.

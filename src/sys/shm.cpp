@@ -101,6 +101,20 @@ std::unique_ptr<shm_file> shm_file::open_for_locks(const std::string& name, int&
   return open_plain(name, O_RDWR, err);
 }
 
+std::unique_ptr<shm_file> shm_file::open_again(int& err) const {
+  err = 0;
+  const std::string self = "/proc/self/fd/" + std::to_string(fd());
+  const int nfd = ::open(self.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (nfd < 0) {
+    err = errno;
+    return nullptr;
+  }
+  std::unique_ptr<shm_file> f(new shm_file);
+  f->impl_ = std::make_unique<impl>();
+  f->impl_->plain_fd = nfd;
+  return f;
+}
+
 shm_file::~shm_file() = default;
 
 int shm_file::fd() const {

@@ -41,6 +41,10 @@ class shm_file {
   static std::unique_ptr<shm_file> open_read_only(const std::string& name, int& err);
   /// The same, read-write: for exclusive locks. It never creates the file.
   static std::unique_ptr<shm_file> open_for_locks(const std::string& name, int& err);
+  /// A new open file description of this file, read-write and never
+  /// mapped, even once its name is gone (through /proc/self/fd). Returns
+  /// nullptr and sets `err` on failure.
+  std::unique_ptr<shm_file> open_again(int& err) const;
   ~shm_file();
   shm_file(const shm_file&) = delete;
   shm_file& operator=(const shm_file&) = delete;
