@@ -422,7 +422,8 @@ namespace {
   // This thread's entry, filled under the lock below, makes its next
   // acquire lock-free.
   if (!entry) entry = detail::prepare_entry(a);
-  if (a.self.load(std::memory_order_relaxed) == detail::kNoSelf) a.claim_holder_early(deadline);
+  if (a.self.load(std::memory_order_relaxed) == detail::kNoSelf)
+    attachment::await_early_lifeline(a.claim_holder_early(deadline), deadline);
   std::uint32_t w;
   {
     segment_lock lk(a, deadline);
@@ -529,7 +530,7 @@ namespace {
   // the semaphore is as good as full.
   const std::int64_t lock_deadline = sys::precise_now_ns() + detail::kTryLockNs;
   if (a.self.load(std::memory_order_relaxed) == detail::kNoSelf)
-    a.claim_holder_early(lock_deadline);
+    (void)a.claim_holder_early(lock_deadline);
   segment_lock lk(a, lock_deadline);
   if (!lk.owns()) {
     if (!a.told_lock_busy.exchange(true, std::memory_order_relaxed))

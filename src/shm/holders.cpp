@@ -43,13 +43,13 @@ class claim_guard {
 };
 }  // namespace
 
-void attachment::claim_holder_early(std::int64_t deadline_ns) {
+const std::atomic<std::uint32_t>* attachment::claim_holder_early(std::int64_t deadline_ns) {
   for (int round = 0; round < 2; ++round) {
     std::uint32_t n;
     {
       claim_guard g(claiming);
-      if (!g.try_take()) return;  // another thread of ours is claiming
-      if (self.load(std::memory_order_relaxed) != kNoSelf || early_claim != kNoSelf) return;
+      if (!g.try_take()) return nullptr;  // another thread of ours is claiming
+      if (self.load(std::memory_order_relaxed) != kNoSelf || early_claim != kNoSelf) return nullptr;
       n = std::min(hdr->holder_slots.load(std::memory_order_acquire), kMaxHolders);
       // Lowest first, as the free list gives them: a head of the queue
       // watches the lifelines of the first records. The CAS settles a race
@@ -67,13 +67,21 @@ void attachment::claim_holder_early(std::int64_t deadline_ns) {
           // The locked path claims again, and reports what went wrong.
           expected = kHolderClaiming;
           state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
-          return;
+          return nullptr;
         }
         if (taken) {
           early_claim = h;
           early_identity = sys::self_identity();
+          // The record is ours by its token, and its last owner is gone:
+          // nothing links through its lifeline any more (see ensure_self).
+          // Armed now, the lifeline thread starts (and arms it) while we go
+          // for the lock, not while we hold a seat.
+          holder_record& r = holders[h];
+          r.lifeline_state.store(kLifelineNone, std::memory_order_relaxed);
+          sys::robust_mutex_init(&r.lifeline);
+          early_lifeline = lifeline::arm(&r.lifeline, &r.lifeline_state);
           SHMSEM_HOOK(claiming);
-          return;
+          return early_lifeline ? &r.lifeline_state : nullptr;
         }
         // Its token is still held: by a process that freed the record and
         // has not closed its descriptor yet, or by one that took the
@@ -84,11 +92,18 @@ void attachment::claim_holder_early(std::int64_t deadline_ns) {
     }
     // No free record: a full table is for the locked path, which reaps the
     // dead; a table that can grow grows here, and the scan is tried again.
-    if (n >= kMaxHolders) return;
+    if (n >= kMaxHolders) return nullptr;
     segment_lock lk(*this, deadline_ns);
-    if (!lk.owns()) return;
+    if (!lk.owns()) return nullptr;
     if (hdr->holder_slots.load() == n) grow_holders();
   }
+  return nullptr;
+}
+
+void attachment::await_early_lifeline(const std::atomic<std::uint32_t>* state,
+                                      std::int64_t deadline_ns) {
+  if (state)
+    lifeline::await_armed(state, std::min(deadline_ns, sys::precise_now_ns() + kArmWaitNs));
 }
 
 std::uint32_t attachment::ensure_self(wake_list& wakes) {
@@ -98,6 +113,7 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   g.take();
   std::uint32_t chosen = kNoSelf;
   sys::process_identity me;
+  bool armed_early = false;
   if (early_claim != kNoSelf) {
     const std::uint32_t h = std::exchange(early_claim, kNoSelf);
     // Ours by its token, so not attached by anyone (a reset of the table
@@ -107,7 +123,9 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
       unlink_free_holder(hdr, holders, h);
       chosen = h;
       me = early_identity;
+      armed_early = true;
     } else {
+      if (early_lifeline) lifeline::disarm(&holders[h].lifeline, &holders[h].lifeline_state);
       tokens->give_back(h);
     }
   }
@@ -129,12 +147,16 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   r.waiting.store(0);
   r.threads.store(0);
   r.leases.store(0);
-  // The previous owner is gone (its token was free): its lifeline thread,
-  // if it had one, is dead, so nothing links through this mutex any more.
-  r.lifeline_state.store(kLifelineNone, std::memory_order_relaxed);
-  sys::robust_mutex_init(&r.lifeline);
+  if (armed_early) {
+    lifeline_asked = early_lifeline;
+  } else {
+    // The previous owner is gone (its token was free): its lifeline thread,
+    // if it had one, is dead, so nothing links through this mutex any more.
+    r.lifeline_state.store(kLifelineNone, std::memory_order_relaxed);
+    sys::robust_mutex_init(&r.lifeline);
+  }
   r.state.store(kHolderAttached, std::memory_order_release);
-  lifeline_asked = lifeline::arm(&r.lifeline, &r.lifeline_state);
+  if (!armed_early) lifeline_asked = lifeline::arm(&r.lifeline, &r.lifeline_state);
   self.store(chosen, std::memory_order_relaxed);
   // The head of the queue sleeps on the lifelines of the processes it knew:
   // it must watch ours too.

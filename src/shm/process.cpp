@@ -71,6 +71,7 @@ void atfork_child() {
     a->self.store(kNoSelf, std::memory_order_relaxed);
     // A token the parent took ahead of the lock stayed with its description.
     a->early_claim = kNoSelf;
+    a->early_lifeline = false;
     a->claiming.store(false, std::memory_order_relaxed);
     // The parent's permits were copied into the child with its memory, and
     // their pins with the parent's threads, which the child has not: keep
@@ -154,6 +155,7 @@ void attachment::finish_detach(attachment* a) noexcept {
     // Our lifeline must go before the mapping does, lock or no lock.
     const std::uint32_t me = a->self.load(std::memory_order_relaxed);
     if (me != kNoSelf) lifeline::disarm(&a->holders[me].lifeline, &a->holders[me].lifeline_state);
+    a->drop_early_claim();
   }
   // Never unmap while holding the lock: the kernel could no longer reach
   // the robust mutex to mark it if we died.
@@ -162,7 +164,19 @@ void attachment::finish_detach(attachment* a) noexcept {
   if (removed) removed->remove_token_files_if_unused();
 }
 
+void attachment::drop_early_claim() noexcept {
+  if (early_claim == kNoSelf) return;
+  const std::uint32_t h = std::exchange(early_claim, kNoSelf);
+  // Before the mapping goes: our lifeline thread's robust list links
+  // through the record's mutex once it is armed.
+  if (std::exchange(early_lifeline, false))
+    lifeline::disarm(&holders[h].lifeline, &holders[h].lifeline_state);
+  std::uint32_t expected = kHolderClaiming;
+  holders[h].state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
+}
+
 void attachment::retire_self() {
+  drop_early_claim();  // a record claimed for an acquire that never got the lock
   const std::uint32_t me = self.load();
   if (me == kNoSelf) return;
   // Nothing of ours is in use: no handle, no permit. Give back the slots

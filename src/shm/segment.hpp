@@ -216,6 +216,7 @@ struct attachment {
   std::atomic<bool> claiming{false};
   std::uint32_t early_claim = kNoSelf;
   sys::process_identity early_identity;  // read with early_claim, off the lock
+  bool early_lifeline = false;           // early_claim's lifeline was given to arm
   // Holders whose death this process has seen, as (generation << 32) |
   // (index + 1), one per index modulo the size. A record stays attached,
   // with the same generation, from its process's death until it is reaped,
@@ -278,6 +279,9 @@ struct attachment {
   /// [locked] Called when this process is done with the segment: frees what
   /// it kept in reserve (lease slots, thread records) and its holder record.
   void retire_self();
+  /// Gives up a record claim_holder_early() claimed that ensure_self()
+  /// never took over (the acquire did not get the lock), lifeline first.
+  void drop_early_claim() noexcept;
 
   // --- the gate (gate.cpp; any thread, locked or not)
   std::uint64_t gate() const { return hdr->gate.load(std::memory_order_acquire); }
@@ -319,7 +323,16 @@ struct attachment {
   /// every lock on the file, is not made under the lock. Grows the holder
   /// table (under the lock, until `deadline_ns`) if it has no free record.
   /// Best effort: ensure_self() claims under the lock whatever this did not.
-  void claim_holder_early(std::int64_t deadline_ns);
+  /// The record's lifeline is given to the lifeline thread to arm at once:
+  /// returns its state word to wait on (await_early_lifeline()), or null.
+  const std::atomic<std::uint32_t>* claim_holder_early(std::int64_t deadline_ns);
+  /// [not locked] Waits, at most until `deadline_ns` and kArmWaitNs from
+  /// now, until the lifeline whose state word claim_holder_early() returned
+  /// is armed: an acquire does so before it takes its first seat, so that
+  /// the seat is not held while the lifeline thread starts. (try_acquire
+  /// never waits.)
+  static void await_early_lifeline(const std::atomic<std::uint32_t>* state,
+                                   std::int64_t deadline_ns);
   /// Our holder record, claimed (or taken over from claim_holder_early())
   /// if we have none. Throws SegmentError (errc::too_many) if every record
   /// is a live process's.
