@@ -307,9 +307,10 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
   for (bool recounted = false; holders[h].leases.load() != 0;) {
     const std::uint32_t hwm = hdr->lease_hwm.load();
     bool in_flight = false;
-    for (std::uint32_t i = 0; i < hwm; ++i) {
+    for (std::uint32_t i = 0, left = holders[h].leases.load(); i < hwm && left > 0; ++i) {
       if (leases[i].holder.load() != h) continue;
       const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+      if (state_kind(st) != kSlotFree) --left;
       switch (state_kind(st)) {
         case kSlotHeld:
           end_lease(i, st, kLostReaped, now, wakes);
