@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,10 +65,12 @@ const std::atomic<std::uint32_t>* attachment::claim_holder_early(std::int64_t de
         try {
           taken = tokens->take(h);
         } catch (...) {
-          // The locked path claims again, and reports what went wrong.
+          // A token file we may not open: the records of another may do
+          // (the locked path says what went wrong if none does).
           expected = kHolderClaiming;
           state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
-          return nullptr;
+          h = (h / kHoldersPerTokenFile + 1) * kHoldersPerTokenFile - 1;
+          continue;
         }
         if (taken) {
           early_claim = h;
@@ -179,20 +182,34 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
       for (std::uint32_t h : records) push_free_holder(a.hdr, a.holders, h);
     }
   } restore{*this, busy};
+  // A token file this process may not open (one another user made after
+  // we forked and dropped our rights) refuses its records, not the
+  // semaphore: a record of another file will do, and a new file is ours.
+  std::exception_ptr refused;
   auto claim_from_free_list = [&]() -> std::uint32_t {
     while (hdr->free_holder != kNil) {
       const std::uint32_t h = hdr->free_holder - 1;
       unlink_free_holder(hdr, holders, h);
       busy.push_back(h);  // until its token is ours
-      if (tokens->take(h)) {
-        busy.pop_back();
-        return h;
+      try {
+        if (tokens->take(h)) {
+          busy.pop_back();
+          return h;
+        }
+      } catch (const SegmentError&) {
+        refused = std::current_exception();
       }
     }
     return kNoSelf;
   };
   std::uint32_t chosen = claim_from_free_list();
   if (chosen != kNoSelf) return chosen;
+  // Only records of token files we may not open are free: a grown table
+  // brings records of new files, which we make (tokens.hpp).
+  while (refused && hdr->holder_slots.load() < kMaxHolders) {
+    grow_holders();
+    if ((chosen = claim_from_free_list()) != kNoSelf) return chosen;
+  }
   // Records of processes that died owing nothing are still attached:
   // their lifelines say so without a system call; the token confirms.
   const std::uint32_t me = self.load(std::memory_order_relaxed);
@@ -204,14 +221,16 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
   if ((chosen = claim_from_free_list()) != kNoSelf) return chosen;
   if (n < kMaxHolders) {
     grow_holders();
-    return claim_from_free_list();
+    if ((chosen = claim_from_free_list()) == kNoSelf && refused) std::rethrow_exception(refused);
+    return chosen;
   }
   // The table is full: only now probe the tokens of the holders without a
   // lifeline, a system call each.
   for (std::uint32_t h = 0; h < n; ++h)
     if (h != me && holders[h].state.load() == kHolderAttached && holder_gone(h))
       reap_holder(h, now, wakes);
-  return claim_from_free_list();
+  if ((chosen = claim_from_free_list()) == kNoSelf && refused) std::rethrow_exception(refused);
+  return chosen;
 }
 
 void attachment::grow_holders() {

@@ -319,7 +319,7 @@ attachment* register_attachment(std::string_view key, const std::string& name,
   a->file = std::move(file);
   a->hdr = header(base);
   a->tokens = std::make_unique<token_files>(a->key, path, a->hdr->token_nonce, a->hdr->token_secret,
-                                            st.st_mode, st.st_gid);
+                                            st.st_mode, st.st_uid, st.st_gid);
   a->holders = layout::holders(base);
   a->waiters = layout::waiters(base);
   a->threads = layout::threads(base);

@@ -35,12 +35,13 @@ std::string token_file_name(std::uint64_t nonce, std::uint32_t file) {
 }
 
 token_files::token_files(std::string key, std::string segment_path, std::uint64_t nonce,
-                         std::uint64_t secret, mode_t mode, gid_t gid)
+                         std::uint64_t secret, mode_t mode, uid_t uid, gid_t gid)
     : key_(std::move(key)),
       segment_path_(std::move(segment_path)),
       nonce_(nonce),
       secret_(secret),
       mode_(mode & 0666),
+      uid_(uid),
       gid_(gid),
       read_only_(false) {}
 
@@ -51,6 +52,7 @@ token_files::token_files(std::string key, std::string segment_path, std::uint64_
       nonce_(nonce),
       secret_(secret),
       mode_(0),
+      uid_(static_cast<uid_t>(-1)),
       gid_(static_cast<gid_t>(-1)),
       read_only_(true) {}
 
@@ -61,6 +63,7 @@ token_files::~token_files() {
 sys::shm_file* token_files::file(std::uint32_t index, bool make, int& err) const {
   err = 0;
   if (sys::shm_file* f = files_[index].load(std::memory_order_acquire)) return f;
+  if ((err = refused_[index].load(std::memory_order_relaxed)) != 0) return nullptr;
   const std::string name = token_file_name(nonce_, index);
   std::unique_ptr<sys::shm_file> f;
   for (int attempt = 0; attempt < 2 && !f; ++attempt) {
@@ -69,15 +72,19 @@ sys::shm_file* token_files::file(std::uint32_t index, bool make, int& err) const
     if (f || err != ENOENT || !make || read_only_) break;
     // Published whole, or not at all: nobody opens it before it holds the
     // secret. A process that published it first is as good as us.
-    err = sys::shm_publish(name, &secret_, sizeof secret_, mode_, gid_);
+    err = sys::shm_publish(name, &secret_, sizeof secret_, mode_, uid_, gid_);
     if (err != 0 && err != EEXIST) return nullptr;
   }
-  if (!f) return nullptr;
+  if (!f) {
+    if (err == EACCES || err == EPERM) refused_[index].store(err, std::memory_order_relaxed);
+    return nullptr;
+  }
   struct ::stat st;
   std::uint64_t held = 0;
   if ((err = f->stat(st)) != 0) return nullptr;
   if (!S_ISREG(st.st_mode) || f->read_at(0, &held, sizeof held) != 0 || held != secret_) {
     err = kUntrusted;
+    refused_[index].store(err, std::memory_order_relaxed);
     return nullptr;
   }
   sys::shm_file* expected = nullptr;
@@ -156,6 +163,7 @@ std::string token_files::path_of(std::uint32_t h) const {
 
 void token_files::reopen_after_fork(std::uint32_t records) noexcept {
   for (auto& f : files_) delete f.exchange(nullptr, std::memory_order_relaxed);
+  for (auto& r : refused_) r.store(0, std::memory_order_relaxed);
   try {
     for (std::uint32_t i = 0; i < files_for(records); ++i) {
       int err = 0;

@@ -33,11 +33,11 @@ std::string token_file_prefix(std::uint64_t nonce);
 class token_files {
  public:
   /// For the segment of `key` at `segment_path` whose header holds `nonce`
-  /// and `secret` (named in errors). Files it makes have `mode` and, if
-  /// this process may give it, group `gid`: the segment's, so that whoever
-  /// may use the segment may use its token files.
+  /// and `secret` (named in errors). Files it makes have `mode` and, as
+  /// far as this process may give them, owner `uid` and group `gid`: the
+  /// segment's, so that whoever may use the segment may use its token files.
   token_files(std::string key, std::string segment_path, std::uint64_t nonce, std::uint64_t secret,
-              mode_t mode, gid_t gid);
+              mode_t mode, uid_t uid, gid_t gid);
   /// The same for a process that only asks about tokens (inspect, remove):
   /// it never makes a file or takes a token, and opens files read-only.
   token_files(std::string key, std::string segment_path, std::uint64_t nonce, std::uint64_t secret);
@@ -47,7 +47,8 @@ class token_files {
 
   /// Takes holder `h`'s token: true if taken, false if another open file
   /// description holds it. Throws SegmentError, naming the file, if the
-  /// file cannot be made or opened, or does not hold the secret.
+  /// file cannot be made or opened, or does not hold the secret (a file
+  /// this process may not open is not tried again until a fork).
   bool take(std::uint32_t h);
   void give_back(std::uint32_t h) noexcept;
   /// True if another open file description holds `h`'s token, or if that
@@ -86,9 +87,13 @@ class token_files {
   std::uint64_t nonce_;
   std::uint64_t secret_;
   mode_t mode_;
+  uid_t uid_;
   gid_t gid_;
   bool read_only_;
   mutable std::array<std::atomic<sys::shm_file*>, layout::kTokenFiles> files_{};
+  // Files this process may not open (EACCES, EPERM, kUntrusted): asked
+  // again only after a fork.
+  mutable std::array<std::atomic<int>, layout::kTokenFiles> refused_{};
 };
 
 }  // namespace shmsem::detail

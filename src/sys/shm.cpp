@@ -213,7 +213,8 @@ bool shm_file::locked_by_other(std::uint64_t first, std::uint64_t count) const {
   return l.l_type != F_UNLCK;
 }
 
-int shm_publish(const std::string& name, const void* data, std::size_t n, mode_t mode, gid_t gid) {
+int shm_publish(const std::string& name, const void* data, std::size_t n, mode_t mode, uid_t uid,
+                gid_t gid) {
   const int fd = ::open(kShmDir, O_TMPFILE | O_RDWR | O_CLOEXEC, mode & 07777);
   if (fd < 0) return errno;
   int err = 0;
@@ -223,9 +224,9 @@ int shm_publish(const std::string& name, const void* data, std::size_t n, mode_t
     if (w < 0 && errno != EINTR) err = errno;
     if (w > 0) done += static_cast<std::size_t>(w);
   }
-  // A group this process is not in stays its own: the mode then decides
-  // who else may open the file, and they are told if they may not.
-  if (err == 0 && gid != static_cast<gid_t>(-1)) (void)::fchown(fd, static_cast<uid_t>(-1), gid);
+  // An owner or group this process may not give stays its own: the mode
+  // then decides who else may open the file, and they are told if not.
+  if (err == 0 && ::fchown(fd, uid, gid) != 0) (void)::fchown(fd, static_cast<uid_t>(-1), gid);
   if (err == 0 && ::fchmod(fd, mode & 07777) != 0) err = errno;
   // linkat() with AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; through
   // /proc/self/fd it needs nothing. It never replaces an existing name.

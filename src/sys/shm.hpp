@@ -92,11 +92,14 @@ class shm_file {
 int shm_remove(const std::string& name);
 
 /// Creates /dev/shm/<name> holding the `n` bytes at `data`, with `mode`
-/// whatever the umask and group `gid` (if this process may give it that
-/// group; (gid_t)-1: its own), in one step: the file is written unnamed
+/// whatever the umask, in one step: the file is written unnamed
 /// (O_TMPFILE) and only then linked at the name, so whoever opens the name
-/// finds it whole. Returns errno or 0; EEXIST if the name was taken first.
-int shm_publish(const std::string& name, const void* data, std::size_t n, mode_t mode, gid_t gid);
+/// finds it whole. It gets owner `uid` and group `gid` as far as this
+/// process may give them (root: both; another user: a group it is in),
+/// and otherwise its own. Returns errno or 0; EEXIST if the name was taken
+/// first.
+int shm_publish(const std::string& name, const void* data, std::size_t n, mode_t mode, uid_t uid,
+                gid_t gid);
 
 /// Reads up to `n` bytes from the start of /dev/shm/<name> (read-only, no
 /// symlinks, no blocking on a FIFO) and its size. Returns errno or 0.

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -459,6 +460,50 @@ TEST_F(Ownership, ADefaultAclOnDevShmIsNotInheritedBySegments) {
   if (status == 21) SHMSEM_SKIP_WITHOUT_CAPABILITY("this tmpfs has no POSIX ACLs");
   EXPECT_EQ(status, 0) << "1: the new segment kept the inherited ACL or another mode; 41: the "
                           "user named in the default ACL opened it";
+}
+
+// The token files are named after a nonce that anyone who can read the
+// segment can see. Another user who plants a token file at such a name,
+// before anyone made it, could hold locks in it that keep dead holders
+// alive for ever: the file does not hold the segment's secret, so it is
+// never used, and the holders take their tokens in a file of their own.
+TEST_F(Ownership, ATokenFilePlantedByAnotherUserIsNeverTrusted) {
+  test::unique_key key;
+  Options o;
+  o.mode = 0644;  // readable by all, as for a monitor
+  Semaphore sem = Semaphore::open(key, 2, o);
+  std::uint64_t nonce = 0;
+  {
+    const int fd = ::open(Semaphore::segment_path(key).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pread(fd, &nonce, sizeof nonce, 304), 8);  // segment_header::token_nonce
+    ::close(fd);
+  }
+  char name[80];
+  std::snprintf(name, sizeof name, "/dev/shm/shmsem-tokens.%016llx.0",
+                static_cast<unsigned long long>(nonce));
+  const std::string planted = name;
+  test::child_process squatter([&] {
+    if (!become(65534, 65534)) return 10;
+    const int fd = ::open(planted.c_str(), O_CREAT | O_EXCL | O_RDWR, 0666);
+    if (fd < 0) return 11;
+    ::fchmod(fd, 0666);
+    if (::write(fd, "squatted", 8) != 8) return 12;
+    ::close(fd);
+    return 0;
+  });
+  ASSERT_EQ(squatter.wait(), 0);
+  Permit p = sem.acquire(1, {.wait_timeout = 10s});
+  EXPECT_TRUE(p.is_held());
+  const int fd = sem.inheritable_liveness_fd();
+  char target[256] = {};
+  ASSERT_GT(::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), target, sizeof target - 1),
+            0);
+  ::close(fd);
+  EXPECT_NE(std::string(target), planted) << "the holder took its token in the planted file";
+  ASSERT_EQ(sem.holders().size(), 1u);
+  EXPECT_EQ(sem.holders()[0].state, HolderState::alive);
+  ::unlink(planted.c_str());
 }
 
 }  // namespace
