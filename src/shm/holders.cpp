@@ -22,6 +22,13 @@ namespace shmsem::detail {
 using namespace layout;
 
 namespace {
+// A token file this process may not use (another user's, or planted), as
+// opposed to one it cannot open now (no descriptor left): only the first
+// lets a claim try the records of another file.
+bool token_file_refused(const SegmentError& e) {
+  return e.code() == errc::permission_denied || e.code() == errc::untrusted_owner;
+}
+
 // Holds an attachment's `claiming` flag: a spin lock among its threads, so
 // that no thread probes tokens while another claims. A token that this
 // process's description already holds would look free to it.
@@ -62,9 +69,19 @@ const std::atomic<std::uint32_t>* attachment::claim_holder_early(std::int64_t de
             !state.compare_exchange_strong(expected, kHolderClaiming, std::memory_order_acq_rel))
           continue;
         bool taken = false;
+        bool refused = false;
         try {
           taken = tokens->take(h);
-        } catch (...) {
+        } catch (const SegmentError& e) {
+          refused = token_file_refused(e);
+          if (!refused) {
+            // The locked path claims again, and reports what went wrong.
+            expected = kHolderClaiming;
+            state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
+            return nullptr;
+          }
+        }
+        if (refused) {
           // A token file we may not open: the records of another may do
           // (the locked path says what went wrong if none does).
           expected = kHolderClaiming;
@@ -196,7 +213,8 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
           busy.pop_back();
           return h;
         }
-      } catch (const SegmentError&) {
+      } catch (const SegmentError& e) {
+        if (!token_file_refused(e)) throw;  // out of descriptors, say: no other file would do
         refused = std::current_exception();
       }
     }
