@@ -292,7 +292,8 @@ class SHMSEM_API Semaphore {
   /// own about once a second and log a warning, once per segment.
   bool name_still_points_here() const;
 
-  /// A new descriptor of this process's liveness token in the segment, for
+  /// A new descriptor of this process's liveness token (of the segment's
+  /// token file that holds it, /dev/shm/shmsem-tokens.*), for
   /// a child to inherit (it is close-on-exec: clear FD_CLOEXEC in the child,
   /// after fork and before exec). It shares the open file description that
   /// holds the token, so while any process keeps a copy of it open, this
@@ -305,8 +306,8 @@ class SHMSEM_API Semaphore {
   /// key (whose holder is the process's session); otherwise throws
   /// std::logic_error. The caller owns and closes the descriptor. Throws
   /// std::system_error if dup fails. Descriptors made before fork() are
-  /// inherited as they are (the library gives a forked child a description
-  /// of its own only for the segment descriptor it keeps itself).
+  /// inherited as they are (the library gives a forked child descriptions
+  /// of its own only for the token file descriptors it keeps itself).
   int inheritable_liveness_fd() const;
 
  private:
