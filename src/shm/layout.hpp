@@ -81,8 +81,10 @@
 //   FUTEX_OWNER_DIED. Reading the word is a load; only a lifeline that
 //   reads dead (or a holder without one) costs a probe of the token, and
 //   the token decides. A process takes its token before the segment lock:
-//   it reserves a free holder record by CAS (holder_state), the only change
-//   to a holder record made without the lock.
+//   it reserves a free holder record by CAS (holder_state) and, its token
+//   taken, sets up the record's lifeline: the only changes to a holder
+//   record made without the lock (nobody else reads a claiming record's
+//   lifeline).
 //
 // If a process dies holding `mutex`, the next locker gets EOWNERDEAD and
 // repairs: every derived field (the seats in use, free list, queue,
