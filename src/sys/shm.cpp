@@ -78,19 +78,19 @@ std::unique_ptr<shm_file> shm_file::open(const std::string& name, bool create, m
   return f;
 }
 
-std::unique_ptr<shm_file> shm_file::open_plain(const std::string& name, int flags, int& err) {
-  err = 0;
-  const std::string p = shm_path(name);
-  // Not shm_open: it would block on a FIFO planted at the name.
-  const int fd = ::open(p.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    err = errno;
-    return nullptr;
-  }
+std::unique_ptr<shm_file> shm_file::wrap_plain(int fd, int& err) {
+  err = fd < 0 ? errno : 0;
+  if (fd < 0) return nullptr;
   std::unique_ptr<shm_file> f(new shm_file);
   f->impl_ = std::make_unique<impl>();
   f->impl_->plain_fd = fd;
   return f;
+}
+
+std::unique_ptr<shm_file> shm_file::open_plain(const std::string& name, int flags, int& err) {
+  const std::string p = shm_path(name);
+  // Not shm_open: it would block on a FIFO planted at the name.
+  return wrap_plain(::open(p.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), err);
 }
 
 std::unique_ptr<shm_file> shm_file::open_read_only(const std::string& name, int& err) {
@@ -102,17 +102,8 @@ std::unique_ptr<shm_file> shm_file::open_for_locks(const std::string& name, int&
 }
 
 std::unique_ptr<shm_file> shm_file::open_again(int& err) const {
-  err = 0;
   const std::string self = "/proc/self/fd/" + std::to_string(fd());
-  const int nfd = ::open(self.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
-  if (nfd < 0) {
-    err = errno;
-    return nullptr;
-  }
-  std::unique_ptr<shm_file> f(new shm_file);
-  f->impl_ = std::make_unique<impl>();
-  f->impl_->plain_fd = nfd;
-  return f;
+  return wrap_plain(::open(self.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC), err);
 }
 
 shm_file::~shm_file() = default;

@@ -82,6 +82,9 @@ class shm_file {
  private:
   shm_file() = default;
   static std::unique_ptr<shm_file> open_plain(const std::string& name, int flags, int& err);
+  /// A shm_file over `fd` from open(2), or null with `err` set from errno
+  /// when `fd` is -1.
+  static std::unique_ptr<shm_file> wrap_plain(int fd, int& err);
   struct impl;
   std::unique_ptr<impl> impl_;
   void* base_ = nullptr;
