@@ -68,24 +68,21 @@ const std::atomic<std::uint32_t>* attachment::claim_holder_early(std::int64_t de
         if (state.load(std::memory_order_relaxed) != kHolderFree ||
             !state.compare_exchange_strong(expected, kHolderClaiming, std::memory_order_acq_rel))
           continue;
+        // Every way out but a taken token puts the record back, from
+        // `claiming` only: the locked path may have freed it meanwhile.
+        const auto give_back = [&state] {
+          std::uint32_t claimed = kHolderClaiming;
+          state.compare_exchange_strong(claimed, kHolderFree, std::memory_order_acq_rel);
+        };
         bool taken = false;
-        bool refused = false;
         try {
           taken = tokens->take(h);
         } catch (const SegmentError& e) {
-          refused = token_file_refused(e);
-          if (!refused) {
-            // The locked path claims again, and reports what went wrong.
-            expected = kHolderClaiming;
-            state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
-            return nullptr;
-          }
-        }
-        if (refused) {
+          give_back();
+          // Any other error: the locked path claims again, and reports it.
+          if (!token_file_refused(e)) return nullptr;
           // A token file we may not open: the records of another may do
           // (the locked path says what went wrong if none does).
-          expected = kHolderClaiming;
-          state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
           h = (h / kHoldersPerTokenFile + 1) * kHoldersPerTokenFile - 1;
           continue;
         }
@@ -106,8 +103,7 @@ const std::atomic<std::uint32_t>* attachment::claim_holder_early(std::int64_t de
         // Its token is still held: by a process that freed the record and
         // has not closed its descriptor yet, or by one that took the
         // record from the free list under the lock meanwhile.
-        expected = kHolderClaiming;
-        state.compare_exchange_strong(expected, kHolderFree, std::memory_order_acq_rel);
+        give_back();
       }
     }
     // No free record: a full table is for the locked path, which reaps the
@@ -145,7 +141,8 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
       me = early_identity;
       armed_early = true;
     } else {
-      if (early_lifeline) lifeline::disarm(&holders[h].lifeline, &holders[h].lifeline_state);
+      if (std::exchange(early_lifeline, false))
+        lifeline::disarm(&holders[h].lifeline, &holders[h].lifeline_state);
       tokens->give_back(h);
     }
   }
@@ -168,7 +165,7 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   r.threads.store(0);
   r.leases.store(0);
   if (armed_early) {
-    lifeline_asked = early_lifeline;
+    lifeline_asked = std::exchange(early_lifeline, false);
   } else {
     // The previous owner is gone (its token was free): its lifeline thread,
     // if it had one, is dead, so nothing links through this mutex any more.
