@@ -152,34 +152,56 @@ TEST_F(Permissions, LiveHolderOfAnotherUserIsNotTreatedAsDead) {
   EXPECT_EQ(sem.reap(), 1);
 }
 
-// A prefork server: the master opens the semaphore as root (mode 0600), and
-// each worker drops to an unprivileged user after the fork, then takes its
-// seats through the handle it inherited. Its token must be its own, and
-// its death must show.
-TEST_F(Permissions, AWorkerThatDropsPrivilegesAfterForkHoldsItsOwnSeat) {
-  test::unique_key key;
+// Who drops the privileges: the worker after the fork, or its parent
+// before it.
+enum class drop { in_the_worker, in_the_parent };
+
+// A root process opens a 0600 semaphore of 2 seats and takes one, which
+// makes token file 0 root's, then forks a worker that takes the other seat
+// as `uid`. The worker's token must be its own, its death must show, and
+// neither may judge the other dead. The exit code: 0, or what failed (see
+// kWhatFailed).
+int a_worker_of_another_user_holds_its_own_seat(const test::unique_key& key, drop where,
+                                                uid_t uid) {
   test::pipe_channel held;
-  test::child_process master([&] {
+  test::child_process parent([&] {
     Options o;
     o.mode = 0600;
     Semaphore sem = Semaphore::open(key, 2, o);
-    Permit mine = sem.acquire();  // the master's token file exists, root's, 0600
+    Permit mine = sem.acquire();
+    if (where == drop::in_the_parent && !become(uid, uid)) return 10;
     if (!test::eventually(test::other_threads_parked)) return 2;
     test::child_process worker([&] {
-      if (!become(64006, 64006)) return 10;
+      if (where == drop::in_the_worker && !become(uid, uid)) return 10;
+      // Whether or not it can read the parent's token, the parent lives.
+      if (sem.reap() != 0) return 3;
       Permit p = sem.acquire(1, {.wait_timeout = 10s});
       held.send('h');
       ::pause();
       return 0;
     });
-    if (held.receive() != 'h') return 3;
-    if (sem.used() != 2 || sem.reap() != 0) return 4;  // the worker lives
+    if (held.receive() != 'h') return 4;
+    if (sem.used() != 2 || sem.reap() != 0) return 5;
     worker.kill(SIGKILL);
     (void)worker.wait();
-    if (!sem.acquire(1, {.wait_timeout = 10s}).is_held()) return 5;  // its seat came back
-    return mine.is_held() ? 0 : 6;
+    if (!sem.acquire(1, {.wait_timeout = 10s}).is_held()) return 6;
+    return mine.is_held() ? 0 : 7;
   });
-  EXPECT_EQ(master.wait(), 0) << "3: the worker could not take a seat; 4: it was reaped alive";
+  return parent.wait();
+}
+
+constexpr const char* kWhatFailed =
+    "2: threads never parked; 3: the worker reaped its live parent; 4: the worker got no seat; "
+    "5: the worker was reaped alive; 6: its seat did not come back; 7: the parent lost its "
+    "seat; 10: could not switch users";
+
+// A prefork server: the master opens the semaphore as root, and each
+// worker drops to an unprivileged user after the fork, then takes its
+// seats through the handle it inherited.
+TEST_F(Permissions, AWorkerThatDropsPrivilegesAfterForkHoldsItsOwnSeat) {
+  test::unique_key key;
+  EXPECT_EQ(a_worker_of_another_user_holds_its_own_seat(key, drop::in_the_worker, 64006), 0)
+      << kWhatFailed;
 }
 
 // The other order: the parent drops its privileges first and forks after.
@@ -188,30 +210,8 @@ TEST_F(Permissions, AWorkerThatDropsPrivilegesAfterForkHoldsItsOwnSeat) {
 // It takes its token in a token file of its own.
 TEST_F(Permissions, AChildForkedAfterItsParentDroppedPrivilegesHoldsItsOwnToken) {
   test::unique_key key;
-  test::pipe_channel held;
-  test::child_process parent([&] {
-    Options o;
-    o.mode = 0600;
-    Semaphore sem = Semaphore::open(key, 2, o);
-    Permit mine = sem.acquire();  // token file 0: root's, 0600
-    if (!become(64007, 64007)) return 10;
-    if (!test::eventually(test::other_threads_parked)) return 2;
-    test::child_process child([&] {
-      if (sem.reap() != 0) return 3;  // the parent's token cannot be seen: alive
-      Permit p = sem.acquire(1, {.wait_timeout = 10s});
-      held.send('h');
-      ::pause();
-      return 0;
-    });
-    if (held.receive() != 'h') return 4;
-    if (sem.used() != 2 || sem.reap() != 0) return 5;  // the child lives, and so do we
-    child.kill(SIGKILL);
-    (void)child.wait();
-    if (!sem.acquire(1, {.wait_timeout = 10s}).is_held()) return 6;  // its seat came back
-    return mine.is_held() ? 0 : 7;
-  });
-  EXPECT_EQ(parent.wait(), 0) << "3: the child reaped the parent; 4: it got no seat; 5: it was "
-                                 "reaped alive; 6: its seat was lost";
+  EXPECT_EQ(a_worker_of_another_user_holds_its_own_seat(key, drop::in_the_parent, 64007), 0)
+      << kWhatFailed;
 }
 
 }  // namespace
