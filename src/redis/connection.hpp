@@ -101,12 +101,18 @@ class connection {
   /// Throws io_error (message_size) if more than kMaxReplyBytes wait unparsed.
   void check_size();
   void send_queued(std::int64_t deadline_ns);
+  /// Polls without sleeping until the reply to what was sent at `sent_ns`
+  /// is readable, while one is expected soon (see kMaxSpinNs); true if it is.
+  bool spin_for_reply(std::int64_t sent_ns, std::int64_t deadline_ns) const;
   [[noreturn]] void fail(const char* doing);
 
   redisContext* c_;
   endpoint ep_;
   std::string out_;  // commands queued, not yet sent
   bool broken_ = false;
+  // Smoothed time from a send to its whole reply (1/8 per reply), for
+  // spin_for_reply(); it starts as a local server would answer.
+  std::int64_t reply_ns_ = 50'000;
 };
 
 }  // namespace shmsem::detail::redis

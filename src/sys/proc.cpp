@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -111,6 +112,13 @@ exit_wait wait_for_exit(pid_t pid, std::int64_t deadline_ns) {
   } while (r < 0 && errno == EINTR);
   ::close(fd);
   return r > 0 ? exit_wait::exited : exit_wait::timed_out;
+}
+
+int cpus_usable() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return CPU_COUNT(&set);
 }
 
 }  // namespace shmsem::sys

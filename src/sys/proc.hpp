@@ -51,4 +51,8 @@ exit_wait wait_for_exit(pid_t pid, std::int64_t deadline_ns);
 /// gethostname(), or "unknown" if it fails.
 std::string host_name();
 
+/// How many CPUs this process may run on (its affinity mask); 1 if the
+/// kernel cannot say.
+int cpus_usable() noexcept;
+
 }  // namespace shmsem::sys

@@ -15,12 +15,14 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <shmsem/logging.hpp>
 #include <shmsem/shmsem.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -287,6 +289,8 @@ class proxy {
   }
   /// From now on, the server's bytes reach clients one every `gap`.
   void trickle(std::chrono::milliseconds gap) { trickle_ms_ = static_cast<int>(gap.count()); }
+  /// From now on, the server's bytes reach clients `lag` late: a far server.
+  void lag(std::chrono::milliseconds lag) { lag_ms_ = static_cast<int>(lag.count()); }
 
  private:
   void pump(int from, int to, bool from_server, const std::atomic<bool>& cut) {
@@ -296,6 +300,8 @@ class proxy {
       if (n <= 0) return;
       if (cut_ || cut) continue;
       const int gap = from_server ? trickle_ms_.load() : 0;
+      if (from_server && lag_ms_ > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(lag_ms_));
       for (ssize_t done = 0; done < n;) {
         const ssize_t chunk = gap > 0 ? 1 : n - done;
         if (gap > 0) std::this_thread::sleep_for(std::chrono::milliseconds(gap));
@@ -308,6 +314,7 @@ class proxy {
   int fd_ = -1;
   std::atomic<bool> cut_{false};
   std::atomic<int> trickle_ms_{0};
+  std::atomic<int> lag_ms_{0};
   std::mutex mu_;
   std::vector<int> fds_;
   std::vector<std::shared_ptr<std::atomic<bool>>> cuts_;
@@ -441,6 +448,31 @@ TEST(RedisFault, AReplyThatTricklesInEndsTheCallAtItsDeadline) {
   start = clk::now();
   EXPECT_THROW(p.release(), SegmentError);
   EXPECT_LT(clk::now() - start, 2s) << "release ran past its deadline";
+}
+
+std::int64_t thread_cpu_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+}
+
+// A reply expected within a fraction of a millisecond is polled for
+// without sleeping (connection.cpp); one from a server farther away must
+// be slept for, or every call would burn a CPU for its whole round trip.
+TEST(RedisFault, ACallerSleepsThroughTheRoundTripToAFarServer) {
+  redis_server srv;
+  proxy px(srv.dir() + "/proxy.sock", srv.socket_path());
+  auto s = Semaphore::open(px.url(test_key()), 1, {.connect_timeout = 2s});
+  auto p = s.acquire();
+  px.lag(3ms);
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(s.try_acquire());  // the client learns the lag
+  const auto wall0 = clk::now();
+  const std::int64_t cpu0 = thread_cpu_ns();
+  for (int i = 0; i < 40; ++i) EXPECT_FALSE(s.try_acquire());
+  const double cpu = static_cast<double>(thread_cpu_ns() - cpu0);
+  const double wall = static_cast<double>((clk::now() - wall0).count());
+  EXPECT_GE(wall, 40 * 3e6) << "the proxy did not delay the replies";
+  EXPECT_LT(cpu / wall, 0.25) << "the caller spun through its round trips";
 }
 
 // Peak resident memory of this process, in MiB.
