@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "sys/clock.hpp"
+#include "sys/futex.hpp"
 #include "sys/proc.hpp"
 #include "sys/socket.hpp"
 
@@ -272,6 +273,7 @@ void connection::check_size() {
 // CPU the spin holds.
 namespace {
 constexpr std::int64_t kMaxSpinNs = 150'000;
+constexpr std::int64_t kBusyHostNs = 20'000;
 
 bool spinning_pays() noexcept {
   static const bool pays = sys::cpus_usable() > 1;
@@ -283,9 +285,15 @@ bool connection::spin_for_reply(std::int64_t sent_ns, std::int64_t deadline_ns) 
   if (reply_ns_ > kMaxSpinNs || !spinning_pays()) return false;
   const std::int64_t until = std::min(deadline_ns, sent_ns + 2 * reply_ns_);
   pollfd p{c_->fd, POLLIN, 0};
-  do {
+  for (std::int64_t t = sys::precise_now_ns(); t < until;) {
     if (sys::poll_fds(&p, 1, 0) > 0) return true;
-  } while (sys::precise_now_ns() < until);
+    // On a busy host the spin would hold a CPU the server needs: each
+    // round yields it, and one that comes back late says others want it.
+    sys::yield();
+    const std::int64_t after = sys::precise_now_ns();
+    if (after - t > kBusyHostNs) return false;
+    t = after;
+  }
   return false;
 }
 
