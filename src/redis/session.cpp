@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -52,17 +53,17 @@ std::string host_name() {
 
 std::string describe_loss(const std::string& why) {
   const auto bar = why.find('|');
-  std::string kind = why.substr(0, bar);
-  if (kind == "expired") return "its TTL ran out";
-  if (kind == "reaped")
+  std::string cause = why.substr(0, bar);
+  if (cause == "expired") return "its TTL ran out";
+  if (cause == "reaped")
     return "its session lapsed (the holder was dead, stopped or cut off from Redis for longer "
            "than the session timeout)";
-  if (kind == "force_released") return "it was force-released";
-  if (kind == "data")
+  if (cause == "force_released") return "it was force-released";
+  if (cause == "data")
     return "Redis lost the semaphore's data (a restart without persistence, a flush, a deleted "
            "key or a failover); the capacity was re-created";
-  if (kind == "unknown") return "it is no longer in Redis (the reason is no longer recorded)";
-  return kind;
+  if (cause == "unknown") return "it is no longer in Redis (the reason is no longer recorded)";
+  return cause;
 }
 
 namespace {
@@ -300,180 +301,227 @@ std::int64_t keeper::impl::due(semaphore_state& s, const schedule& sc, std::int6
   return d;
 }
 
+namespace {
+
+// One renewal script's arguments, and what they covered: the reply is
+// matched against these, whatever changed in the state since.
+struct renewal {
+  std::vector<std::string> args;
+  std::vector<lease*> leases;
+  std::vector<std::uint64_t> waiters;
+  std::size_t voided = 0, releases = 0, abandoned = 0, claimed = 0;
+  std::int64_t deadline = 0;
+};
+
+// What a renewal tells the process, once the state's lock is let go.
+struct renewal_outcome {
+  std::vector<lease*> lost;
+  std::vector<std::string> heard;  // grants in the reply, for the log
+};
+
+// The renewal of `s` as it stands, or nothing when there is no session
+// to keep: nothing was ever granted here in this epoch (or the data was
+// lost and seen). Under s.mu.
+std::optional<renewal> prepare_renewal(semaphore_state& s) {
+  s.check_now = false;
+  if (s.epoch.empty()) {
+    s.releases.clear();
+    s.abandoned.clear();
+    s.voided.clear();
+    return std::nullopt;
+  }
+  renewal rn;
+  rn.args = {s.epoch, s.sid, std::to_string(s.session_ms)};
+  auto put = [&](const std::vector<std::string>& v) {
+    rn.args.push_back(std::to_string(v.size()));
+    rn.args.insert(rn.args.end(), v.begin(), v.end());
+  };
+  put(s.voided);
+  put(s.releases);
+  put(s.abandoned);
+  put(s.claimed);
+  rn.voided = s.voided.size();
+  rn.releases = s.releases.size();
+  rn.abandoned = s.abandoned.size();
+  rn.claimed = s.claimed.size();
+  rn.args.push_back(std::to_string(s.leases.size()));
+  for (lease* l : s.leases) {
+    rn.args.push_back(std::to_string(l->id));
+    const bool renew = l->auto_renew && !process_shut_down.load(std::memory_order_relaxed);
+    rn.args.push_back(std::to_string(renew ? l->ttl_ms : 0));
+    rn.leases.push_back(l);
+  }
+  const std::size_t count_at = rn.args.size();
+  rn.args.emplace_back();
+  for (auto& [wid, w] : s.waiters) {
+    if (w->st != waiter::state::waiting) continue;
+    rn.args.push_back(std::to_string(wid));
+    rn.waiters.push_back(wid);
+  }
+  rn.args[count_at] = std::to_string(rn.waiters.size());
+  rn.deadline = sys::precise_now_ns() + s.connect_timeout_ns;
+  return rn;
+}
+
+// Redis could not be reached: back off, and once the session must have
+// lapsed on the server, what it held and queued is gone. Under s.mu.
+void renewal_failed(semaphore_state& s, schedule& sc, const std::string& failure,
+                    renewal_outcome& out) {
+  const std::int64_t now = sys::precise_now_ns();
+  if (sc.backoff_ns == 0)
+    log().warn("semaphore '{}': cannot renew the session: {}", s.where.display, failure);
+  sc.backoff_ns = next_backoff(sc.backoff_ns, ms_ns(s.session_ms) / 3);
+  sc.retry_ns = now + sc.backoff_ns;
+  if (now < s.session_deadline_ns()) return;
+  const std::string why =
+      "no contact with Redis for longer than the session timeout (" + failure + ")";
+  for (lease* l : s.leases)
+    if (s.mark_lost(*l, "reaped")) out.lost.push_back(l);
+  for (auto& [wid, w] : s.waiters) {
+    if (w->st != waiter::state::waiting) continue;
+    w->st = waiter::state::gone;
+    w->lapsed = true;
+    w->error = why;
+  }
+  s.cv.notify_all();
+}
+
+// The state of each lease the renewal covered, from reply `ls`: renewed
+// until its TTL, or lost. Under s.mu.
+void settle_leases(semaphore_state& s, const renewal& rn, const reply& ls, std::int64_t sent_at,
+                   renewal_outcome& out) {
+  for (std::size_t i = 0; i < rn.leases.size(); ++i) {
+    lease* l = rn.leases[i];
+    if (std::find(s.leases.begin(), s.leases.end(), l) == s.leases.end()) continue;
+    const std::string st(ls.at(i).str());
+    if (st == "ok") {
+      if (l->auto_renew && l->ttl_ms > 0) {
+        l->renewed_ns = sent_at;
+        l->expires_ns.store(sent_at + ms_ns(l->ttl_ms));
+      }
+    } else if (s.mark_lost(*l, st)) {
+      out.lost.push_back(l);
+    }
+  }
+}
+
+// The state of each wait the renewal covered, from reply `ws`: a grant or
+// a rejection the subscriber should have heard, or a place lost with a
+// lapsed session. Under s.mu.
+void settle_waiters(semaphore_state& s, const renewal& rn, const reply& ws, renewal_outcome& out) {
+  for (std::size_t i = 0; i < rn.waiters.size(); ++i) {
+    auto it = s.waiters.find(rn.waiters[i]);
+    if (it == s.waiters.end() || it->second->st != waiter::state::waiting) continue;
+    waiter& w = *it->second;
+    switch (const waiter_status got = parse_waiter_status(ws.at(i).str()); got.kind) {
+      case waiter_status::granted:
+        w.st = waiter::state::granted;
+        w.lease_id = got.lease_id;
+        out.heard.push_back(std::to_string(w.wid) + " of lease " + std::to_string(w.lease_id));
+        if (s.subscribed) s.missed_message = true;
+        break;
+      case waiter_status::rejected:
+        w.st = waiter::state::rejected;
+        w.cap = got.cap;
+        if (s.subscribed) s.missed_message = true;
+        break;
+      case waiter_status::gone:
+        // Its session lapsed (it was stopped or cut off) and was reaped
+        // with its place in the queue: it starts over.
+        w.st = waiter::state::gone;
+        w.lapsed = true;
+        w.error = "its place in the queue was lost: " + describe_loss("reaped");
+        break;
+      case waiter_status::queued:
+      case waiter_status::unknown:
+        break;
+    }
+  }
+}
+
+// "epoch", "absent", "garbage", "format" or "wrongtype": the data these
+// permits were granted in is gone. Under s.mu.
+void renewal_found_data_gone(semaphore_state& s, const reply& r, renewal_outcome& out) {
+  const std::string e = r.at(0).str() == "epoch" ? std::string(r.at(1).str()) : std::string();
+  for (lease* l : s.leases)
+    if (s.mark_lost(*l, "data")) out.lost.push_back(l);
+  for (auto& [wid, w] : s.waiters) {
+    if (w->st != waiter::state::waiting) continue;
+    w->st = waiter::state::gone;
+    w->error = describe_loss("data");
+  }
+  s.releases.clear();
+  s.abandoned.clear();
+  s.claimed.clear();
+  s.voided.clear();
+  s.epoch = e;
+}
+
+// The server answered the renewal. Under s.mu.
+void renewal_answered(semaphore_state& s, schedule& sc, const renewal& rn, const reply& r,
+                      std::int64_t sent_at, renewal_outcome& out) {
+  if (sc.backoff_ns != 0) log().info("semaphore '{}': session renewed again", s.where.display);
+  sc.backoff_ns = 0;
+  sc.retry_ns = 0;
+  if (r.at(0).str() == "ok") {
+    s.renewed(sent_at);
+    auto drop_sent = [](std::vector<std::string>& v, std::size_t n) {
+      v.erase(v.begin(), v.begin() + static_cast<long>(n));
+    };
+    drop_sent(s.voided, rn.voided);
+    drop_sent(s.releases, rn.releases);
+    drop_sent(s.abandoned, rn.abandoned);
+    drop_sent(s.claimed, rn.claimed);
+    settle_leases(s, rn, r.at(1), sent_at, out);
+    settle_waiters(s, rn, r.at(2), out);
+    s.last_used = static_cast<int>(r.at(3).integer());
+    s.last_cap = static_cast<int>(r.at(4).integer());
+    const long long next = r.at(5).integer();
+    s.expiry_due_ns = next < 0 ? 0 : sent_at + ms_ns(next);
+  } else {
+    renewal_found_data_gone(s, r, out);
+  }
+  ++s.events;
+  s.cv.notify_all();
+}
+
+}  // namespace
+
 void keeper::impl::renew(const std::shared_ptr<semaphore_state>& sp, schedule& sc) {
   semaphore_state& s = *sp;
-  std::vector<std::string> args;
-  std::vector<lease*> sent_leases;
-  std::vector<std::uint64_t> sent_waiters;
-  std::size_t n_voided, n_releases, n_abandoned, n_claimed;
-  std::int64_t deadline;
+  std::optional<renewal> rn;
   {
     std::lock_guard g(s.mu);
-    s.check_now = false;
-    if (s.epoch.empty()) {
-      // Nothing was ever granted here in this epoch (or the data was lost
-      // and seen): there is no session to keep.
-      s.releases.clear();
-      s.abandoned.clear();
-      s.voided.clear();
-      return;
-    }
-    args = {s.epoch, s.sid, std::to_string(s.session_ms)};
-    auto put = [&](const std::vector<std::string>& v) {
-      args.push_back(std::to_string(v.size()));
-      args.insert(args.end(), v.begin(), v.end());
-    };
-    put(s.voided);
-    put(s.releases);
-    put(s.abandoned);
-    put(s.claimed);
-    n_voided = s.voided.size();
-    n_releases = s.releases.size();
-    n_abandoned = s.abandoned.size();
-    n_claimed = s.claimed.size();
-    args.push_back(std::to_string(s.leases.size()));
-    for (lease* l : s.leases) {
-      args.push_back(std::to_string(l->id));
-      const bool renew = l->auto_renew && !process_shut_down.load(std::memory_order_relaxed);
-      args.push_back(std::to_string(renew ? l->ttl_ms : 0));
-      sent_leases.push_back(l);
-    }
-    std::size_t nw = 0;
-    const std::size_t count_at = args.size();
-    args.emplace_back();
-    for (auto& [wid, w] : s.waiters) {
-      if (w->st != waiter::state::waiting) continue;
-      args.push_back(std::to_string(wid));
-      sent_waiters.push_back(wid);
-      ++nw;
-    }
-    args[count_at] = std::to_string(nw);
-    deadline = sys::precise_now_ns() + s.connect_timeout_ns;
+    rn = prepare_renewal(s);
   }
+  if (!rn) return;
   const std::int64_t sent_at = sys::precise_now_ns();
   reply r;
   std::string failure;
   try {
-    r = s.cli->eval(scripts::renew(), s.keys, args, deadline);
+    r = s.cli->eval(scripts::renew(), s.keys, rn->args, rn->deadline);
     if (r.is_error()) failure = std::string(r.str());
   } catch (const io_error& e) {
     failure = e.what();
   }
-
-  std::vector<lease*> lost;
-  std::vector<std::string> heard;  // grants in the reply, for the log
+  renewal_outcome out;
   {
     std::lock_guard g(s.mu);
-    const std::int64_t now = sys::precise_now_ns();
-    if (!failure.empty()) {
-      if (sc.backoff_ns == 0)
-        log().warn("semaphore '{}': cannot renew the session: {}", s.where.display, failure);
-      sc.backoff_ns = next_backoff(sc.backoff_ns, ms_ns(s.session_ms) / 3);
-      sc.retry_ns = now + sc.backoff_ns;
-      if (now >= s.session_deadline_ns()) {
-        // The session has lapsed on the server by now, or will have when
-        // Redis is back: what it held and queued is gone.
-        const std::string why =
-            "no contact with Redis for longer than the session timeout (" + failure + ")";
-        for (lease* l : s.leases)
-          if (s.mark_lost(*l, "reaped")) lost.push_back(l);
-        for (auto& [wid, w] : s.waiters) {
-          if (w->st != waiter::state::waiting) continue;
-          w->st = waiter::state::gone;
-          w->lapsed = true;
-          w->error = why;
-        }
-        s.cv.notify_all();
-      }
-    } else {
-      if (sc.backoff_ns != 0) log().info("semaphore '{}': session renewed again", s.where.display);
-      sc.backoff_ns = 0;
-      sc.retry_ns = 0;
-      const std::string_view status = r.at(0).str();
-      if (status == "ok") {
-        s.renewed(sent_at);
-        s.voided.erase(s.voided.begin(), s.voided.begin() + static_cast<long>(n_voided));
-        s.releases.erase(s.releases.begin(), s.releases.begin() + static_cast<long>(n_releases));
-        s.abandoned.erase(s.abandoned.begin(),
-                          s.abandoned.begin() + static_cast<long>(n_abandoned));
-        s.claimed.erase(s.claimed.begin(), s.claimed.begin() + static_cast<long>(n_claimed));
-        const reply ls = r.at(1), ws = r.at(2);
-        for (std::size_t i = 0; i < sent_leases.size(); ++i) {
-          lease* l = sent_leases[i];
-          if (std::find(s.leases.begin(), s.leases.end(), l) == s.leases.end()) continue;
-          const std::string st(ls.at(i).str());
-          if (st == "ok") {
-            if (l->auto_renew && l->ttl_ms > 0) {
-              l->renewed_ns = sent_at;
-              l->expires_ns.store(sent_at + ms_ns(l->ttl_ms));
-            }
-          } else if (s.mark_lost(*l, st)) {
-            lost.push_back(l);
-          }
-        }
-        for (std::size_t i = 0; i < sent_waiters.size(); ++i) {
-          auto it = s.waiters.find(sent_waiters[i]);
-          if (it == s.waiters.end() || it->second->st != waiter::state::waiting) continue;
-          waiter& w = *it->second;
-          switch (const waiter_status got = parse_waiter_status(ws.at(i).str()); got.kind) {
-            case waiter_status::granted:
-              w.st = waiter::state::granted;
-              w.lease_id = got.lease_id;
-              heard.push_back(std::to_string(w.wid) + " of lease " + std::to_string(w.lease_id));
-              if (s.subscribed) s.missed_message = true;
-              break;
-            case waiter_status::rejected:
-              w.st = waiter::state::rejected;
-              w.cap = got.cap;
-              if (s.subscribed) s.missed_message = true;
-              break;
-            case waiter_status::gone:
-              // Its session lapsed (it was stopped or cut off) and was
-              // reaped with its place in the queue: it starts over.
-              w.st = waiter::state::gone;
-              w.lapsed = true;
-              w.error = "its place in the queue was lost: " + describe_loss("reaped");
-              break;
-            case waiter_status::queued:
-            case waiter_status::unknown:
-              break;
-          }
-        }
-        s.last_used = static_cast<int>(r.at(3).integer());
-        s.last_cap = static_cast<int>(r.at(4).integer());
-        const long long next = r.at(5).integer();
-        s.expiry_due_ns = next < 0 ? 0 : sent_at + ms_ns(next);
-      } else {
-        // "epoch", "absent", "garbage", "format" or "wrongtype": the data these
-        // permits were granted in is gone.
-        const std::string e = status == "epoch" ? std::string(r.at(1).str()) : std::string();
-        for (lease* l : s.leases)
-          if (s.mark_lost(*l, "data")) lost.push_back(l);
-        for (auto& [wid, w] : s.waiters) {
-          if (w->st != waiter::state::waiting) continue;
-          w->st = waiter::state::gone;
-          w->error = describe_loss("data");
-        }
-        s.releases.clear();
-        s.abandoned.clear();
-        s.claimed.clear();
-        s.voided.clear();
-        s.epoch = e;
-      }
-      ++s.events;
-      s.cv.notify_all();
-    }
+    if (failure.empty())
+      renewal_answered(s, sc, *rn, r, sent_at, out);
+    else
+      renewal_failed(s, sc, failure, out);
   }
   std::vector<loss_note> notes;
   {
     // The leases may have been released meanwhile: only those still here.
     std::lock_guard g(s.mu);
-    for (lease* l : lost)
+    for (lease* l : out.lost)
       if (std::find(s.leases.begin(), s.leases.end(), l) != s.leases.end())
         if (auto n = s.take_loss_note(*l)) notes.push_back(std::move(*n));
   }
   for (const auto& n : notes) s.tell(n);
-  for (const auto& what : heard)
+  for (const auto& what : out.heard)
     log().debug("semaphore '{}': a renewal found the grant to wait {}", s.where.display, what);
 }
 
@@ -513,8 +561,8 @@ void keeper::impl::read_subscriber(subscriber& sub) {
       sub.refused = true;
       continue;
     }
-    const std::string_view kind = m.at(0).str();
-    if (kind == "pong") {
+    const std::string_view type = m.at(0).str();
+    if (type == "pong") {
       sub.ping_ns = 0;
       continue;
     }
@@ -524,7 +572,7 @@ void keeper::impl::read_subscriber(subscriber& sub) {
     auto s = it->second.lock();
     if (!s) continue;
     std::lock_guard g(s->mu);
-    if (kind == "subscribe") {
+    if (type == "subscribe") {
       if (channel == s->channel) {
         s->subscribed = true;
         // A grant published before this moment was missed: ask for it.
@@ -534,7 +582,7 @@ void keeper::impl::read_subscriber(subscriber& sub) {
       s->cv.notify_all();
       continue;
     }
-    if (kind != "message") continue;
+    if (type != "message") continue;
     ++s->events;
     if (channel == s->channel) {
       const std::string_view payload = m.at(2).str();
