@@ -372,160 +372,209 @@ const char* counter_of(Reason r) {
 
 }  // namespace
 
-Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts) {
-  const state_ptr sp = state_of(h);
-  semaphore_state& s = *sp;
-  const std::int64_t started = sys::precise_now_ns();
-  if (shut_down(h)) fail(h, s, Reason::shutdown, n, false, started, 0);
-  std::int64_t deadline = sys::kNever;
-  if (opts.wait_timeout) deadline = started + std::chrono::nanoseconds(*opts.wait_timeout).count();
-  const bool once = opts.wait_timeout && opts.wait_timeout->count() <= 0;
+namespace {
+
+// One blocking acquire, in the steps it takes: ask the server (a seat, a
+// refusal, or a place in the queue), sleep until the keeper hears how the
+// wait ends, and leave the queue when the caller gives up. A wait whose
+// session lapsed (the process was stopped or cut off from Redis for longer
+// than the session timeout) lost its place and any grant made to it: it
+// starts over at the back of the queue, within what is left of its budget.
+class blocking_acquire {
+ public:
+  blocking_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts)
+      : h_(h), sp_(state_of(h)), s_(*sp_), n_(n), ttl_ms_(ttl_ms), renew_(renew), opts_(opts) {
+    if (opts.wait_timeout)
+      deadline_ = started_ + std::chrono::nanoseconds(*opts.wait_timeout).count();
+  }
+
+  Permit run() {
+    if (shut_down(h_)) fail(Reason::shutdown);
+    for (;; ++wakeups_) {
+      std::int64_t sent_at = 0;
+      const reply r = ask(sent_at);
+      const std::string st(r.at(0).str());
+      if (st == "ok") return grant(static_cast<std::uint64_t>(r.at(2).integer()));
+      if (st == "exceeds")
+        fail(Reason::exceeds_capacity, {}, nullptr, static_cast<int>(r.at(2).integer()));
+      if (st == "full") fail(Reason::timeout);
+      waiter w;
+      join_queue(w, r, sent_at);
+      Reason reason = Reason::timeout;
+      switch (sleep(w, reason)) {
+        case waiter::state::granted:
+          return grant(w.lease_id);
+        case waiter::state::rejected:
+          fail(Reason::exceeds_capacity, {}, nullptr, w.cap);
+        case waiter::state::gone:
+          if (!w.lapsed) fail(Reason::error, w.error);
+          if (auto why = gives_up()) fail(*why);
+          log().info("semaphore '{}': a wait for {} started over: its session lapsed",
+                     s_.where.display, seats(n_));
+          continue;
+        case waiter::state::waiting:
+          return leave_queue(w, reason);
+      }
+    }
+  }
+
+ private:
   // Why the caller stops waiting, if it does.
-  auto gives_up = [&]() -> std::optional<Reason> {
-    if (opts.stop.stop_requested()) return Reason::cancelled;
-    if (shut_down(h)) return Reason::shutdown;
-    if (sys::precise_now_ns() >= deadline) return Reason::timeout;
+  std::optional<Reason> gives_up() const {
+    if (opts_.stop.stop_requested()) return Reason::cancelled;
+    if (shut_down(h_)) return Reason::shutdown;
+    if (sys::precise_now_ns() >= deadline_) return Reason::timeout;
     return std::nullopt;
-  };
-  bool waited = false;
-  std::uint32_t wakeups = 0;
-  // A wait whose session lapsed (the process was stopped or cut off from
-  // Redis for longer than the session timeout) lost its place and any
-  // grant made to it: it starts over at the back of the queue, within
-  // what is left of its budget.
-  for (;; ++wakeups) {
+  }
+
+  [[noreturn]] void fail(Reason r, const std::string& detail = {},
+                         std::exception_ptr cause = nullptr, int cap = -1) const {
+    redis::fail(h_, s_, r, n_, waited_, started_, wakeups_, detail, std::move(cause), cap);
+  }
+
+  Permit grant(std::uint64_t lease_id) const {
+    return granted(h_, sp_, lease_id, n_, ttl_ms_, renew_, sys::precise_now_ns(), waited_, started_,
+                   wakeups_);
+  }
+
+  // Asks for the seats: "ok", "queued", "full" or "exceeds", with the
+  // figures the script saw; anything else fails the call.
+  reply ask(std::int64_t& sent_at) {
+    const bool once = opts_.wait_timeout && opts_.wait_timeout->count() <= 0;
     reply r;
-    std::int64_t sent_at = 0;
     try {
-      r = run_acquire(s, n, ttl_ms, once ? "once" : "wait", sent_at);
+      r = run_acquire(s_, n_, ttl_ms_, once ? "once" : "wait", sent_at);
     } catch (const io_error& e) {
-      keeper::get().watch(sp);
-      fail(h, s, Reason::error, n, waited, started, wakeups,
-           "cannot reach Redis: " + std::string(e.what()),
+      keeper::get().watch(sp_);
+      fail(Reason::error, "cannot reach Redis: " + std::string(e.what()),
            std::make_exception_ptr(SegmentError(e.code(), e.what())));
     }
     const std::string st(r.at(0).str());
     if (st != "ok" && st != "queued" && st != "full" && st != "exceeds")
-      fail(h, s, Reason::error, n, waited, started, wakeups, foreign_data(s, r));
-    touched(s, sent_at, st == "queued" ? static_cast<std::uint64_t>(r.at(2).integer()) : 0);
-    saw_epoch(s, r.at(1).str());
-    {
-      std::lock_guard g(s.mu);
-      s.last_cap = static_cast<int>(r.at(st == "ok" || st == "queued" ? 3 : 2).integer());
-      s.last_used = static_cast<int>(r.at(st == "ok" || st == "queued" ? 4 : 3).integer());
-    }
-    if (st == "ok")
-      return granted(h, sp, static_cast<std::uint64_t>(r.at(2).integer()), n, ttl_ms, renew,
-                     sys::precise_now_ns(), waited, started, wakeups);
-    if (st == "exceeds")
-      fail(h, s, Reason::exceeds_capacity, n, waited, started, wakeups, {}, nullptr,
-           static_cast<int>(r.at(2).integer()));
-    if (st == "full") fail(h, s, Reason::timeout, n, waited, started, wakeups);
+      fail(Reason::error, foreign_data(s_, r));
+    touched(s_, sent_at, st == "queued" ? static_cast<std::uint64_t>(r.at(2).integer()) : 0);
+    saw_epoch(s_, r.at(1).str());
+    std::lock_guard g(s_.mu);
+    s_.last_cap = static_cast<int>(r.at(st == "ok" || st == "queued" ? 3 : 2).integer());
+    s_.last_used = static_cast<int>(r.at(st == "ok" || st == "queued" ? 4 : 3).integer());
+    return r;
+  }
 
-    // Queued: sleep until the keeper hears the grant (or a rejection), the
-    // caller gives up, or the session is lost.
-    waiter w;
+  // Queued: the keeper watches the wait (and the earliest lease expiry
+  // the server named) from here on.
+  void join_queue(waiter& w, const reply& r, std::int64_t sent_at) {
     w.wid = static_cast<std::uint64_t>(r.at(2).integer());
     const long long expiry_ms = r.at(5).integer();
     {
-      std::lock_guard g(s.mu);
-      s.add_waiter(w);
+      std::lock_guard g(s_.mu);
+      s_.add_waiter(w);
       if (expiry_ms >= 0) {
         const std::int64_t due = sent_at + ms_ns(expiry_ms);
-        if (s.expiry_due_ns == 0 || due < s.expiry_due_ns) s.expiry_due_ns = due;
+        if (s_.expiry_due_ns == 0 || due < s_.expiry_due_ns) s_.expiry_due_ns = due;
       }
     }
-    keeper::get().watch(sp);
-    if (h.opts.observer && !waited)
-      notify(h.opts.observer, [&](Observer& o) { o.on_wait_start(s.where.display, n); });
-    waited = true;
-    std::stop_callback on_stop(opts.stop, [&s] {
-      std::lock_guard g(s.mu);
-      s.cv.notify_all();
+    keeper::get().watch(sp_);
+    if (h_.opts.observer && !waited_)
+      notify(h_.opts.observer, [&](Observer& o) { o.on_wait_start(s_.where.display, n_); });
+    waited_ = true;
+  }
+
+  // Sleeps until the keeper hears the grant (or a rejection), the caller
+  // gives up (`reason` says why, and the wait is still `waiting`), or the
+  // session is lost. A grant the session may have outlived is `gone`.
+  waiter::state sleep(waiter& w, Reason& reason) {
+    std::stop_callback on_stop(opts_.stop, [this] {
+      std::lock_guard g(s_.mu);
+      s_.cv.notify_all();
     });
-    Reason reason = Reason::timeout;
-    waiter::state outcome;
     bool give_back = false;
+    waiter::state outcome;
     {
-      std::unique_lock lk(s.mu);
+      std::unique_lock lk(s_.mu);
       while (w.st == waiter::state::waiting) {
         if (auto why = gives_up()) {
           reason = *why;
           break;
         }
-        if (deadline == sys::kNever)
-          s.cv.wait(lk);
+        if (deadline_ == sys::kNever)
+          s_.cv.wait(lk);
         else
-          s.cv.wait_for(lk, std::chrono::nanoseconds(deadline - sys::precise_now_ns()));
-        ++wakeups;
+          s_.cv.wait_for(lk, std::chrono::nanoseconds(deadline_ - sys::precise_now_ns()));
+        ++wakeups_;
       }
       outcome = w.st;
-      s.waiters.erase(w.wid);
+      s_.waiters.erase(w.wid);
       if (outcome == waiter::state::granted &&
-          (w.heard_late || sys::precise_now_ns() >= s.session_deadline_ns())) {
+          (w.heard_late || sys::precise_now_ns() >= s_.session_deadline_ns())) {
         // The session may have lapsed since the grant was heard (this
         // process was stopped before it heard it, or between then and
         // now): the seat may be someone else's by now. It goes back, if
         // it is still ours, and the wait starts over.
-        s.abandoned.push_back(std::to_string(w.wid));
+        s_.abandoned.push_back(std::to_string(w.wid));
         give_back = true;
         outcome = waiter::state::gone;
         w.lapsed = true;
       } else if (outcome == waiter::state::granted || outcome == waiter::state::rejected) {
-        s.claimed.push_back(std::to_string(w.wid));
+        s_.claimed.push_back(std::to_string(w.wid));
       }
     }
-    if (give_back) keeper::get().watch(sp);
-    switch (outcome) {
-      case waiter::state::granted:
-        return granted(h, sp, w.lease_id, n, ttl_ms, renew, sys::precise_now_ns(), true, started,
-                       wakeups);
-      case waiter::state::rejected:
-        fail(h, s, Reason::exceeds_capacity, n, true, started, wakeups, {}, nullptr, w.cap);
-      case waiter::state::gone:
-        if (!w.lapsed) fail(h, s, Reason::error, n, true, started, wakeups, w.error);
-        if (auto why = gives_up()) fail(h, s, *why, n, true, started, wakeups);
-        log().info("semaphore '{}': a wait for {} started over: its session lapsed",
-                   s.where.display, seats(n));
-        continue;
-      case waiter::state::waiting:
-        break;
-    }
+    if (give_back) keeper::get().watch(sp_);
+    return outcome;
+  }
 
-    // Leave the queue. A grant that arrived as the budget ran out is kept;
-    // one that raced with a cancel or a shutdown goes back.
+  // Leaves the queue after giving up for `reason`. A grant that arrived as
+  // the budget ran out is kept; one that raced with a cancel or a shutdown
+  // goes back.
+  Permit leave_queue(const waiter& w, Reason reason) {
     const std::string epoch = [&] {
-      std::lock_guard g(s.mu);
-      return s.epoch;
+      std::lock_guard g(s_.mu);
+      return s_.epoch;
     }();
     int rejected_by = -1;
     try {
       const std::vector<std::string> args = {epoch,
-                                             s.sid,
-                                             std::to_string(s.session_ms),
+                                             s_.sid,
+                                             std::to_string(s_.session_ms),
                                              std::to_string(w.wid),
                                              counter_of(reason),
                                              reason == Reason::timeout ? "1" : "0"};
-      const reply c = run(s, scripts::cancel(), args, &sent_at);
+      std::int64_t sent_at = 0;
+      const reply c = redis::run(s_, scripts::cancel(), args, &sent_at);
       const std::string_view cs = c.at(0).str();
-      if (cs == "granted")
-        return granted(h, sp, static_cast<std::uint64_t>(c.at(1).integer()), n, ttl_ms, renew,
-                       sys::precise_now_ns(), true, started, wakeups);
+      if (cs == "granted") return grant(static_cast<std::uint64_t>(c.at(1).integer()));
       if (cs == "rejected") {
         reason = Reason::exceeds_capacity;
         rejected_by = static_cast<int>(c.at(1).integer());
       }
-      if (!c.is_error()) touched(s, sent_at);
+      if (!c.is_error()) touched(s_, sent_at);
     } catch (const io_error&) {
       // Redis cannot be told now: the keeper will, and gives back a grant.
       {
-        std::lock_guard g(s.mu);
-        s.abandoned.push_back(std::to_string(w.wid));
+        std::lock_guard g(s_.mu);
+        s_.abandoned.push_back(std::to_string(w.wid));
       }
-      keeper::get().watch(sp);
+      keeper::get().watch(sp_);
     }
-    fail(h, s, reason, n, true, started, wakeups, {}, nullptr, rejected_by);
+    fail(reason, {}, nullptr, rejected_by);
   }
+
+  handle& h_;
+  const state_ptr sp_;
+  semaphore_state& s_;
+  const int n_;
+  const std::int64_t ttl_ms_;
+  const bool renew_;
+  const AcquireOptions& opts_;
+  const std::int64_t started_ = sys::precise_now_ns();
+  std::int64_t deadline_ = sys::kNever;
+  bool waited_ = false;
+  std::uint32_t wakeups_ = 0;
+};
+
+}  // namespace
+
+Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts) {
+  return blocking_acquire(h, n, ttl_ms, renew, opts).run();
 }
 
 std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) {
