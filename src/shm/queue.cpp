@@ -558,213 +558,272 @@ std::string describe_death_wakeup(const attachment& a) {
   return out;
 }
 
-queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t deadline,
-                         const std::stop_token& stop, const std::atomic<bool>& shut) {
-  auto& slot = a.waiters[w];
-  std::uint32_t wakeups = 0;
-  Reason reason = Reason::timeout;
-  bool granted = false;
-  std::uint32_t lease = 0;
-  std::uint64_t id = 0, gen = 0;
-  std::int64_t granted_ns = 0;
-  doorbells bells;
-  std::int64_t soon_backoff = 0;
-  int soon_looks = 0;
-  bool awaited = false;  // waited for the exit of a holder whose lifeline reads dead
-  // Barging: since when this waiter has been first in line (as far as it
-  // has seen: the new head is woken to take up its watch duty), and
-  // whether it already took the lock to compete for a seat since it last
-  // slept.
-  std::int64_t head_since = 0;
-  bool competed = false;
-  for (;;) {
-    for (;;) {
-      const std::uint32_t seq = slot.seq.load(std::memory_order_acquire);
-      const std::uint32_t st = slot.state.load(std::memory_order_acquire);
-      if (st == layout::kGranted) {
-        granted = true;
-        break;
-      }
-      if (st == layout::kRejected) {
-        reason = Reason::exceeds_capacity;
-        break;
-      }
-      if (stop.stop_requested()) {
-        reason = Reason::cancelled;
-        break;
-      }
-      if (shut.load() || process_shut_down.load()) {
-        reason = Reason::shutdown;
-        break;
-      }
-      const std::int64_t now = sys::precise_now_ns();
-      if (now >= deadline) {
-        reason = Reason::timeout;
-        break;
-      }
-      // The watch duty of our place in the queue (see doorbells), kept by
-      // sleeping on the lifelines of the processes whose death it must hear
-      // of, and by a tick only where those cannot tell.
-      const auto watch = a.queue_watchers();
-      const bool head = watch.head == w + 1;
-      const bool second = watch.second == w + 1;
-      std::int64_t pass_until = sys::kNever;
-      if (!head)
-        head_since = 0;
-      else if (head_since == 0)
-        head_since = now;
-      if (head && a.queue_passable()) {
-        // Barging: running requests may take free seats ahead of us. Woken,
-        // we compete for them; past the bound, we make the queue FIFO.
-        const std::uint64_t g = a.gate();
-        const bool starved = now - head_since >= starvation_bound();
-        if ((layout::gate_fits(g, n) || starved) && !competed) {
-          competed = true;
-          segment_lock lk(a, deadline);
-          if (lk.owns()) {
-            if (starved && !layout::gate_fits(a.gate(), n)) a.starve();
-            a.grant_queued(lease_clock(), lk.wakes, w + 1);
-          }
-          continue;
-        }
-        if (g & layout::kGateWoken) {
-          // Nothing to compete for: the next release must wake us. The CAS
-          // fails if a seat came free since we looked; then look again.
-          std::uint64_t expected = g;
-          a.hdr->gate.compare_exchange_strong(expected, g & ~layout::kGateWoken,
-                                              std::memory_order_acq_rel);
-          continue;
-        }
-        pass_until = head_since + starvation_bound();
-      }
-      bells.collect(a, slot, seq, head);
-      std::int64_t until = deadline;
-      std::int64_t look_again = sys::kNever;  // the poll a `soon` reading needs
-      if (bells.soon) {
-        // A lifeline reads dead while its process may still hold its token
-        // (the kernel lets go of a dying process's files after its robust
-        // mutexes), or is about to be armed: look again soon, then less
-        // often (for good, a process without a lifeline is on the tick).
-        soon_backoff = ++soon_looks <= kSoonFastLooks
-                           ? kSoonPollNs
-                           : std::min<std::int64_t>(soon_backoff * 2, kHeadTickNs);
-        look_again = now + soon_backoff;
-      } else {
-        soon_looks = 0;
-        awaited = false;
-      }
-      if (!testing_no_watch_tick()) {
-        const std::int64_t tick = head ? kHeadTickNs : second ? kSecondTickNs : kOtherTickNs;
-        // A head that fits and is not served is owed a handoff that a
-        // failure cut short (a grant with no lease slot to record it in).
-        if (!bells.covered || (head && layout::gate_fits(a.gate(), n)))
-          until = std::min(until, now + tick);
-        else if (head)
-          // With nobody behind it, the head keeps the second's watchdog: a
-          // releaser stopped between giving its seats back and serving the
-          // queue rings no bell, and nobody else would look.
-          until = std::min(until,
-                           watch.second == layout::kNil ? now + kSecondWatchdogNs : timed_duty(a));
-        else if (second)
-          until = std::min(until, now + kSecondWatchdogNs);
-      }
-      until = std::min(until, pass_until);
-      competed = false;
-      sys::waitv_result r;
-      if (bells.dying != kNoSelf && !awaited) {
-        // Its lifeline rang, and its token goes last: the kernel closes a
-        // dying process's files only after it has torn down its memory,
-        // hundreds of microseconds on a busy host. Sleep until it has
-        // exited rather than poll for it (once: a token kept on purpose by
-        // a child, as `shmsem run` does, is left to the polls). Not only
-        // until the next poll: that is what this sleep replaces (capped by
-        // it, the exit was found by the polls after all, each one a wake-up
-        // that takes a CPU from the dying process).
-        awaited = true;
-        r = a.await_exit(bells.dying, std::min(until, now + kHeadTickNs))
-                ? sys::waitv_result{sys::wait_result::timed_out}
-                : bells.sleep(std::min(until, look_again));
-      } else {
-        r = bells.sleep(std::min(until, look_again));
-      }
-      if (r.result == sys::wait_result::woken && r.index == 0) ++wakeups;
-      const bool rang = r.result == sys::wait_result::woken && r.index > 0;
-      if (!rang && r.result != sys::wait_result::timed_out) continue;
-      watch_name(a);
-      // Also serve the queue if the head fits: a releaser that gave its
-      // seats back without the lock may have died before handing them on.
-      // The second does the head's duty too when its watchdog fires: the
-      // head may be stopped, or owed seats that a stopped releaser gave back.
-      bool act = head ? a.watch(lease_clock()) || layout::gate_fits(a.gate(), n)
-                      : a.head_gone() || a.holder_gone_from(bells.ahead) ||
-                            (second && (a.watch(lease_clock()) || a.head_owed()));
-      if (act) {
-        segment_lock lk(a, deadline);
-        if (lk.owns()) {
-          a.reap(lease_clock(), lk.wakes);
-          a.grant_queued(lease_clock(), lk.wakes, w + 1);
-        }
-      }
-    }
+namespace {
 
-    // --- leave the queue; keep or give back a grant that raced with us ---
+// One queued waiter, in the states of its wait: it keeps the watch duty of
+// its place in the queue (sleeping on doorbells, competing for seats as a
+// barging head, acting on a death or a handoff owed) until the wait is
+// settled (granted, rejected, or given up), then leaves the queue, keeping
+// or giving back a grant that raced with it. A grant whose TTL ran out
+// before it was taken sends it back to the head of the queue, to keep the
+// watch again within what is left of its budget.
+class queue_waiter {
+ public:
+  queue_waiter(attachment& a, std::uint32_t w, int n, std::int64_t deadline,
+               const std::stop_token& stop, const std::atomic<bool>& shut)
+      : a_(a), w_(w), n_(n), deadline_(deadline), stop_(stop), shut_(shut), slot_(a.waiters[w]) {}
+
+  enum class left { done, requeued };
+
+  // True once the wait is over: granted, rejected, or given up (reason_
+  // says why). The slot's sequence is read first, so that a bell rung
+  // after this look wakes the next sleep.
+  bool settled() {
+    seq_ = slot_.seq.load(std::memory_order_acquire);
+    const std::uint32_t st = slot_.state.load(std::memory_order_acquire);
+    if (st == layout::kGranted) {
+      granted_ = true;
+      return true;
+    }
+    if (st == layout::kRejected) return stop_with(Reason::exceeds_capacity);
+    if (stop_.stop_requested()) return stop_with(Reason::cancelled);
+    if (shut_.load() || process_shut_down.load()) return stop_with(Reason::shutdown);
+    now_ = sys::precise_now_ns();
+    if (now_ >= deadline_) return stop_with(Reason::timeout);
+    return false;
+  }
+
+  // One round of the watch duty (see doorbells), kept by sleeping on the
+  // lifelines of the processes whose death it must hear of, and by a tick
+  // only where those cannot tell.
+  void keep_watch() {
+    const auto watch = a_.queue_watchers();
+    const bool head = watch.head == w_ + 1;
+    const bool second = watch.second == w_ + 1;
+    if (!head)
+      head_since_ = 0;
+    else if (head_since_ == 0)
+      head_since_ = now_;
+    std::int64_t pass_until = sys::kNever;
+    if (head && a_.queue_passable()) {
+      if (compete()) return;
+      pass_until = head_since_ + starvation_bound();
+    }
+    const sys::waitv_result r = sleep_on_duty(watch, head, second, pass_until);
+    if (r.result == sys::wait_result::woken && r.index == 0) ++wakeups_;
+    const bool rang = r.result == sys::wait_result::woken && r.index > 0;
+    if (rang || r.result == sys::wait_result::timed_out) act_on_duty(head, second);
+  }
+
+  // Leaves the queue once settled; keeps or gives back a grant that raced
+  // with the end of the wait.
+  left leave() {
     {
-      [[maybe_unused]] const std::string_view key = a.key;
+      [[maybe_unused]] const std::string_view key = a_.key;
       SHMSEM_HOOK(leaving);
     }
     // Given up while still queued: out without the lock, which a stopped
     // process may hold for as long as it likes.
-    if (!granted && reason != Reason::exceeds_capacity && a.give_up(w)) break;
-    // A grant that arrived as the budget ran out is still a grant.
-    if (slot.state.load(std::memory_order_acquire) == layout::kGranted &&
-        (granted || reason == Reason::timeout)) {
-      // The usual end: the grant is still held, and the slot is ours alone
-      // since it was granted. Taking the lock again only to give the slot
-      // back would make every served waiter queue behind a herd of new
-      // ones (docs/performance.md, "Fleets").
-      lease = slot.lease.load(std::memory_order_relaxed);
-      gen = slot.lease_gen.load(std::memory_order_relaxed);
-      id = slot.permit_id.load(std::memory_order_relaxed);
-      if (a.holds(lease, gen, id, lease_clock(), nullptr)) {
-        granted = true;
-        granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
-        pin(a, +1);
-        a.leave_granted(w);
-        break;
-      }
-    }
-    segment_lock lk(a, sys::kNever);
+    if (!granted_ && reason_ != Reason::exceeds_capacity && a_.give_up(w_)) return left::done;
+    if (keep_grant_without_lock()) return left::done;
+    segment_lock lk(a_, sys::kNever);
     const std::int64_t now = lease_clock();
-    if (slot.state.load(std::memory_order_acquire) == layout::kGranted) {
-      lease = slot.lease.load(std::memory_order_relaxed);
-      if (!a.take_grant(w, now, gen, id, lk.wakes)) {
+    if (slot_.state.load(std::memory_order_acquire) == layout::kGranted) {
+      lease_ = slot_.lease.load(std::memory_order_relaxed);
+      if (!a_.take_grant(w_, now, gen_, id_, lk.wakes)) {
         // Its TTL ran out before we came for it: it was never ours. Back
         // to the head of the queue, within what is left of the budget.
-        granted = false;
-        if (reason == Reason::timeout && sys::precise_now_ns() < deadline) {
-          a.requeue_first(w, now, lk.wakes);
-          continue;
+        granted_ = false;
+        if (reason_ == Reason::timeout && sys::precise_now_ns() < deadline_) {
+          a_.requeue_first(w_, now, lk.wakes);
+          return left::requeued;
         }
-      } else if (granted || reason == Reason::timeout) {
+      } else if (granted_ || reason_ == Reason::timeout) {
         // A grant that arrived as the budget ran out is still a grant.
-        granted = true;
-        granted_ns = a.leases[lease].acquired_ns.load(std::memory_order_relaxed);
-        pin(a, +1);
+        hold_grant();
       } else {
         // Cancelled or shut down: a seat won meanwhile goes back quietly.
-        a.end_lease(lease, layout::slot_state(gen, layout::kSlotHeld), layout::kLostReleased, now,
-                    lk.wakes);
+        a_.end_lease(lease_, layout::slot_state(gen_, layout::kSlotHeld), layout::kLostReleased,
+                     now, lk.wakes);
       }
     } else {
-      granted = false;
+      granted_ = false;
     }
-    a.free_waiter(w, lk.wakes);
+    a_.free_waiter(w_, lk.wakes);
     // Our leaving may let the requests behind us in (a big head that left).
-    if (!granted && a.hdr->queue_head.load(std::memory_order_relaxed) != layout::kNil)
-      a.grant_queued(now, lk.wakes);
-    break;
+    if (!granted_ && a_.hdr->queue_head.load(std::memory_order_relaxed) != layout::kNil)
+      a_.grant_queued(now, lk.wakes);
+    return left::done;
   }
-  return queue_wait{granted, reason, lease, id, gen, granted_ns, wakeups};
+
+  queue_wait result() const {
+    return queue_wait{granted_, reason_, lease_, id_, gen_, granted_ns_, wakeups_};
+  }
+
+ private:
+  bool stop_with(Reason r) {
+    reason_ = r;
+    return true;
+  }
+
+  // Barging: running requests may take free seats ahead of the head.
+  // Woken, it competes for them; past the bound, it makes the queue FIFO.
+  // True to look again at once.
+  bool compete() {
+    const std::uint64_t g = a_.gate();
+    const bool starved = now_ - head_since_ >= starvation_bound();
+    if ((layout::gate_fits(g, n_) || starved) && !competed_) {
+      competed_ = true;
+      segment_lock lk(a_, deadline_);
+      if (lk.owns()) {
+        if (starved && !layout::gate_fits(a_.gate(), n_)) a_.starve();
+        a_.grant_queued(lease_clock(), lk.wakes, w_ + 1);
+      }
+      return true;
+    }
+    if (g & layout::kGateWoken) {
+      // Nothing to compete for: the next release must wake us. The CAS
+      // fails if a seat came free since we looked; then look again.
+      std::uint64_t expected = g;
+      a_.hdr->gate.compare_exchange_strong(expected, g & ~layout::kGateWoken,
+                                           std::memory_order_acq_rel);
+      return true;
+    }
+    return false;
+  }
+
+  // Sleeps on the doorbells of the duty until a bell, the tick the duty
+  // needs, the end of a barging pass, or the deadline.
+  sys::waitv_result sleep_on_duty(const attachment::watchers& watch, bool head, bool second,
+                                  std::int64_t pass_until) {
+    bells_.collect(a_, slot_, seq_, head);
+    std::int64_t until = deadline_;
+    std::int64_t look_again = sys::kNever;  // the poll a `soon` reading needs
+    if (bells_.soon) {
+      // A lifeline reads dead while its process may still hold its token
+      // (the kernel lets go of a dying process's files after its robust
+      // mutexes), or is about to be armed: look again soon, then less
+      // often (for good, a process without a lifeline is on the tick).
+      soon_backoff_ = ++soon_looks_ <= kSoonFastLooks
+                          ? kSoonPollNs
+                          : std::min<std::int64_t>(soon_backoff_ * 2, kHeadTickNs);
+      look_again = now_ + soon_backoff_;
+    } else {
+      soon_looks_ = 0;
+      awaited_ = false;
+    }
+    if (!testing_no_watch_tick()) {
+      const std::int64_t tick = head ? kHeadTickNs : second ? kSecondTickNs : kOtherTickNs;
+      // A head that fits and is not served is owed a handoff that a
+      // failure cut short (a grant with no lease slot to record it in).
+      if (!bells_.covered || (head && layout::gate_fits(a_.gate(), n_)))
+        until = std::min(until, now_ + tick);
+      else if (head)
+        // With nobody behind it, the head keeps the second's watchdog: a
+        // releaser stopped between giving its seats back and serving the
+        // queue rings no bell, and nobody else would look.
+        until = std::min(until,
+                         watch.second == layout::kNil ? now_ + kSecondWatchdogNs : timed_duty(a_));
+      else if (second)
+        until = std::min(until, now_ + kSecondWatchdogNs);
+    }
+    until = std::min(until, pass_until);
+    competed_ = false;
+    if (bells_.dying != kNoSelf && !awaited_) {
+      // Its lifeline rang, and its token goes last: the kernel closes a
+      // dying process's files only after it has torn down its memory,
+      // hundreds of microseconds on a busy host. Sleep until it has exited
+      // rather than poll for it (once: a token kept on purpose by a child,
+      // as `shmsem run` does, is left to the polls). Not only until the
+      // next poll: that is what this sleep replaces (capped by it, the exit
+      // was found by the polls after all, each one a wake-up that takes a
+      // CPU from the dying process).
+      awaited_ = true;
+      if (a_.await_exit(bells_.dying, std::min(until, now_ + kHeadTickNs)))
+        return sys::waitv_result{sys::wait_result::timed_out};
+    }
+    return bells_.sleep(std::min(until, look_again));
+  }
+
+  // After a bell or a tick: serve the queue if the duty finds a reason.
+  // The head also serves it when it fits: a releaser that gave its seats
+  // back without the lock may have died before handing them on. The second
+  // does the head's duty too when its watchdog fires: the head may be
+  // stopped, or owed seats that a stopped releaser gave back.
+  void act_on_duty(bool head, bool second) {
+    watch_name(a_);
+    const bool act = head ? a_.watch(lease_clock()) || layout::gate_fits(a_.gate(), n_)
+                          : a_.head_gone() || a_.holder_gone_from(bells_.ahead) ||
+                                (second && (a_.watch(lease_clock()) || a_.head_owed()));
+    if (!act) return;
+    segment_lock lk(a_, deadline_);
+    if (lk.owns()) {
+      a_.reap(lease_clock(), lk.wakes);
+      a_.grant_queued(lease_clock(), lk.wakes, w_ + 1);
+    }
+  }
+
+  // The usual end of a grant (one that arrived as the budget ran out is
+  // still a grant): still held, and the slot ours alone since it was
+  // granted. Taking the lock again only to give the slot back would make
+  // every served waiter queue behind a herd of new ones
+  // (docs/performance.md, "Fleets").
+  bool keep_grant_without_lock() {
+    if (slot_.state.load(std::memory_order_acquire) != layout::kGranted ||
+        !(granted_ || reason_ == Reason::timeout))
+      return false;
+    lease_ = slot_.lease.load(std::memory_order_relaxed);
+    gen_ = slot_.lease_gen.load(std::memory_order_relaxed);
+    id_ = slot_.permit_id.load(std::memory_order_relaxed);
+    if (!a_.holds(lease_, gen_, id_, lease_clock(), nullptr)) return false;
+    hold_grant();
+    a_.leave_granted(w_);
+    return true;
+  }
+
+  void hold_grant() {
+    granted_ = true;
+    granted_ns_ = a_.leases[lease_].acquired_ns.load(std::memory_order_relaxed);
+    pin(a_, +1);
+  }
+
+  attachment& a_;
+  const std::uint32_t w_;
+  const int n_;
+  const std::int64_t deadline_;
+  const std::stop_token& stop_;
+  const std::atomic<bool>& shut_;
+  waiter_slot& slot_;
+  std::uint32_t seq_ = 0;  // the slot's word as settled() last read it
+  std::int64_t now_ = 0;   // when settled() last looked
+  doorbells bells_;
+  std::int64_t soon_backoff_ = 0;
+  int soon_looks_ = 0;
+  bool awaited_ = false;  // waited for the exit of a holder whose lifeline reads dead
+  // Barging: since when this waiter has been first in line (as far as it
+  // has seen: the new head is woken to take up its watch duty), and
+  // whether it already took the lock to compete for a seat since it last
+  // slept.
+  std::int64_t head_since_ = 0;
+  bool competed_ = false;
+  // The outcome.
+  bool granted_ = false;
+  Reason reason_ = Reason::timeout;
+  std::uint32_t lease_ = 0;
+  std::uint64_t id_ = 0, gen_ = 0;
+  std::int64_t granted_ns_ = 0;
+  std::uint32_t wakeups_ = 0;
+};
+
+}  // namespace
+
+queue_wait wait_in_queue(attachment& a, std::uint32_t w, int n, std::int64_t deadline,
+                         const std::stop_token& stop, const std::atomic<bool>& shut) {
+  queue_waiter q(a, w, n, deadline, stop, shut);
+  do {
+    while (!q.settled()) q.keep_watch();
+  } while (q.leave() == queue_waiter::left::requeued);
+  return q.result();
 }
 
 }  // namespace shmsem::detail
