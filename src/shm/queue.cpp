@@ -259,7 +259,7 @@ attachment::served attachment::serve_head(std::uint32_t head, std::int64_t now, 
   tell(head - 1, kGranted, wakes);
   // Barging, starved: the head that was passed for the bound is served, and
   // running requests may pass the next one again, for the bound counted
-  // from when it became the head (wait_in_queue). A deep queue's heads have
+  // from when it became the head (queue_waiter::keep_watch). A deep queue's heads have
   // all waited long before their turn; an exit only for a head served
   // within the bound of its enqueue (Go's sync.Mutex) would keep a busy
   // semaphore, whose queue never empties, FIFO for good, each seat idle
