@@ -796,7 +796,7 @@ class queue_waiter {
   waiter_slot& slot_;
   std::uint32_t seq_ = 0;  // the slot's word as settled() last read it
   std::int64_t now_ = 0;   // when settled() last looked
-  doorbells bells_;
+  doorbells bells_{};      // filled by collect() before each sleep
   std::int64_t soon_backoff_ = 0;
   int soon_looks_ = 0;
   bool awaited_ = false;  // waited for the exit of a holder whose lifeline reads dead
