@@ -266,11 +266,11 @@ void connection::check_size() {
 // A thread that sleeps in poll() until a local server answers pays for
 // its own wake-up, and on a virtual machine whose CPU went idle that is as
 // long again as the round trip (a PING over a unix socket: about 50 us
-// sleeping, 21 us polling without sleep, measured on the 2-vCPU VM of
-// docs/performance.md). So a reply expected within kMaxSpinNs is polled
-// for, without sleeping, for up to twice its smoothed time; a farther
-// server is never spun for, nor is a host where the server would need the
-// CPU the spin holds.
+// sleeping, 21 us polling without sleep; docs/redis.md, "Waiting for a
+// reply"). So a reply expected within kMaxSpinNs is polled for, without
+// sleeping, for up to twice its smoothed time; a farther server is never
+// spun for, nor is a host where the server would need the CPU the spin
+// holds (one CPU, or a busy host: see the loop).
 namespace {
 constexpr std::int64_t kMaxSpinNs = 150'000;
 constexpr std::int64_t kBusyHostNs = 20'000;
