@@ -217,6 +217,12 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
     }
     return kNoSelf;
   };
+  // The last try: with no record left, a refused token file is the reason.
+  auto last_claim = [&]() -> std::uint32_t {
+    const std::uint32_t h = claim_from_free_list();
+    if (h == kNoSelf && refused) std::rethrow_exception(refused);
+    return h;
+  };
   std::uint32_t chosen = claim_from_free_list();
   if (chosen != kNoSelf) return chosen;
   // Only records of token files we may not open are free: a grown table
@@ -236,16 +242,14 @@ std::uint32_t attachment::take_free_holder(wake_list& wakes) {
   if ((chosen = claim_from_free_list()) != kNoSelf) return chosen;
   if (n < kMaxHolders) {
     grow_holders();
-    if ((chosen = claim_from_free_list()) == kNoSelf && refused) std::rethrow_exception(refused);
-    return chosen;
+    return last_claim();
   }
   // The table is full: only now probe the tokens of the holders without a
   // lifeline, a system call each.
   for (std::uint32_t h = 0; h < n; ++h)
     if (h != me && holders[h].state.load() == kHolderAttached && holder_gone(h))
       reap_holder(h, now, wakes);
-  if ((chosen = claim_from_free_list()) == kNoSelf && refused) std::rethrow_exception(refused);
-  return chosen;
+  return last_claim();
 }
 
 void attachment::grow_holders() {
@@ -339,12 +343,8 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
     if (waiters[w].state.load() != kWaiterFree && waiters[w].holder.load() == h)
       free_waiter(w, wakes);
   for (bool recounted = false; holders[h].leases.load() != 0;) {
-    const std::uint32_t hwm = hdr->lease_hwm.load();
     bool in_flight = false;
-    for (std::uint32_t i = 0, left = holders[h].leases.load(); i < hwm && left > 0; ++i) {
-      if (leases[i].holder.load() != h) continue;
-      const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
-      if (state_kind(st) != kSlotFree) --left;
+    each_lease_of(h, [&](std::uint32_t i, std::uint64_t st) {
       switch (state_kind(st)) {
         case kSlotHeld:
           end_lease(i, st, kLostReaped, now, wakes);
@@ -360,7 +360,7 @@ void attachment::reap_holder(std::uint32_t h, std::int64_t now, wake_list& wakes
         default:
           break;
       }
-    }
+    });
     if (!in_flight) break;
     // Killed halfway through a lock-free acquire or release: only a count
     // of every held slot can tell the gate's truth. Until one succeeds, keep

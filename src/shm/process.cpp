@@ -183,20 +183,13 @@ void attachment::retire_self() {
   // our threads kept in reserve and their records; the holder record goes
   // too unless a lease of ours is still out (a permit never destroyed).
   bool holds_any = holders[me].waiting.load() != 0;
-  const std::uint32_t hwm = hdr->lease_hwm.load();
-  // The scan ends with the last slot of ours the count says there is: in
-  // a fleet the table is as long as the fleet.
-  for (std::uint32_t i = 0, left = holders[me].leases.load(); i < hwm && left > 0; ++i) {
-    if (leases[i].holder.load() != me) continue;
-    const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+  each_lease_of(me, [&](std::uint32_t i, std::uint64_t st) {
     const slot_kind k = state_kind(st);
-    if (k == kSlotFree) continue;
-    --left;
     if (k == kSlotReserved || k == kSlotReleased)
       free_slot(i, state_gen(st));
-    else if (k != kSlotFree && k != kSlotEnding)
+    else if (k != kSlotEnding)
       holds_any = true;
-  }
+  });
   free_thread_records_of(me);
   // Before the mapping goes, and before another process may claim the
   // record and initialize the mutex again: our lifeline thread's robust

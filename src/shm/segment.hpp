@@ -365,6 +365,21 @@ struct attachment {
   void free_thread_record(std::uint32_t index);
   /// Frees every thread record of `holder` (it is gone, or done).
   void free_thread_records_of(std::uint32_t holder);
+  /// Calls `f(slot, state)` for each lease slot of `holder` that is not
+  /// free, in slot order, and stops at the last one its count
+  /// (holder_record::leases, read once) says there is: in a fleet the
+  /// table is as long as the fleet.
+  template <class F>
+  void each_lease_of(std::uint32_t holder, F&& f) {
+    const std::uint32_t hwm = hdr->lease_hwm.load();
+    for (std::uint32_t i = 0, left = holders[holder].leases.load(); i < hwm && left > 0; ++i) {
+      if (leases[i].holder.load() != holder) continue;
+      const std::uint64_t st = leases[i].state.load(std::memory_order_acquire);
+      if (layout::state_kind(st) == layout::kSlotFree) continue;
+      --left;
+      f(i, st);
+    }
+  }
   /// Reserves up to `want` free lease slots for `holder` (state reserved),
   /// growing the table if needed; returns how many it wrote to `out`.
   std::uint32_t reserve_slots(std::uint32_t holder, std::uint32_t* out, std::uint32_t want);
