@@ -374,6 +374,35 @@ const char* counter_of(Reason r) {
 
 namespace {
 
+// Runs the acquire script in `mode` ("try", "once" or "wait") and keeps
+// what its reply says of the semaphore. An unreachable server, or a reply
+// other than "ok", "full", "exceeds" (or "queued", for a wait), fails the
+// call as an acquire that `waited` since `started` through `wakeups`.
+reply ask_for_seats(const handle& h, const state_ptr& sp, int n, std::int64_t ttl_ms,
+                    const char* mode, std::int64_t& sent_at, bool waited, std::int64_t started,
+                    std::uint32_t wakeups) {
+  semaphore_state& s = *sp;
+  reply r;
+  try {
+    r = run_acquire(s, n, ttl_ms, mode, sent_at);
+  } catch (const io_error& e) {
+    keeper::get().watch(sp);
+    fail(h, s, Reason::error, n, waited, started, wakeups,
+         "cannot reach Redis: " + std::string(e.what()),
+         std::make_exception_ptr(SegmentError(e.code(), e.what())));
+  }
+  const std::string st(r.at(0).str());
+  const bool may_queue = std::string_view(mode) != "try";
+  if (st != "ok" && (st != "queued" || !may_queue) && st != "full" && st != "exceeds")
+    fail(h, s, Reason::error, n, waited, started, wakeups, foreign_data(s, r));
+  touched(s, sent_at, st == "queued" ? static_cast<std::uint64_t>(r.at(2).integer()) : 0);
+  saw_epoch(s, r.at(1).str());
+  std::lock_guard g(s.mu);
+  s.last_cap = static_cast<int>(r.at(st == "ok" || st == "queued" ? 3 : 2).integer());
+  s.last_used = static_cast<int>(r.at(st == "ok" || st == "queued" ? 4 : 3).integer());
+  return r;
+}
+
 // One blocking acquire, in the steps it takes: ask the server (a seat, a
 // refusal, or a place in the queue), sleep until the keeper hears how the
 // wait ends, and leave the queue when the caller gives up. A wait whose
@@ -437,27 +466,11 @@ class blocking_acquire {
                    wakeups_);
   }
 
-  // Asks for the seats: "ok", "queued", "full" or "exceeds", with the
-  // figures the script saw; anything else fails the call.
-  reply ask(std::int64_t& sent_at) {
+  // Asks for the seats: "ok", "queued", "full" or "exceeds".
+  reply ask(std::int64_t& sent_at) const {
     const bool once = opts_.wait_timeout && opts_.wait_timeout->count() <= 0;
-    reply r;
-    try {
-      r = run_acquire(s_, n_, ttl_ms_, once ? "once" : "wait", sent_at);
-    } catch (const io_error& e) {
-      keeper::get().watch(sp_);
-      fail(Reason::error, "cannot reach Redis: " + std::string(e.what()),
-           std::make_exception_ptr(SegmentError(e.code(), e.what())));
-    }
-    const std::string st(r.at(0).str());
-    if (st != "ok" && st != "queued" && st != "full" && st != "exceeds")
-      fail(Reason::error, foreign_data(s_, r));
-    touched(s_, sent_at, st == "queued" ? static_cast<std::uint64_t>(r.at(2).integer()) : 0);
-    saw_epoch(s_, r.at(1).str());
-    std::lock_guard g(s_.mu);
-    s_.last_cap = static_cast<int>(r.at(st == "ok" || st == "queued" ? 3 : 2).integer());
-    s_.last_used = static_cast<int>(r.at(st == "ok" || st == "queued" ? 4 : 3).integer());
-    return r;
+    return ask_for_seats(h_, sp_, n_, ttl_ms_, once ? "once" : "wait", sent_at, waited_, started_,
+                         wakeups_);
   }
 
   // Queued: the keeper watches the wait (and the earliest lease expiry
@@ -589,25 +602,9 @@ std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool re
     return std::nullopt;
   };
   if (shut_down(h)) return failed(Outcome::shutdown);
-  reply r;
   std::int64_t sent_at = 0;
-  try {
-    r = run_acquire(s, n, ttl_ms, "try", sent_at);
-  } catch (const io_error& e) {
-    keeper::get().watch(sp);
-    fail(h, s, Reason::error, n, false, started, 0, "cannot reach Redis: " + std::string(e.what()),
-         std::make_exception_ptr(SegmentError(e.code(), e.what())));
-  }
+  const reply r = ask_for_seats(h, sp, n, ttl_ms, "try", sent_at, false, started, 0);
   const std::string st(r.at(0).str());
-  if (st != "ok" && st != "full" && st != "exceeds")
-    fail(h, s, Reason::error, n, false, started, 0, foreign_data(s, r));
-  touched(s, sent_at);
-  saw_epoch(s, r.at(1).str());
-  {
-    std::lock_guard g(s.mu);
-    s.last_cap = static_cast<int>(r.at(st == "ok" ? 3 : 2).integer());
-    s.last_used = static_cast<int>(r.at(st == "ok" ? 4 : 3).integer());
-  }
   if (st == "exceeds") return failed(Outcome::exceeds_capacity);
   if (st == "full") return failed(Outcome::unavailable);
   return granted(h, sp, static_cast<std::uint64_t>(r.at(2).integer()), n, ttl_ms, renew,
