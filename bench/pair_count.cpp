@@ -3,9 +3,11 @@
 // move with the host's load the way timings do, so this is the figure that
 // says whether a change made the hot path slower.
 //
-// Usage: shmsem-pair-count {acquire|ttl|try} PAIRS
+// Usage: shmsem-pair-count {acquire|ttl|try} PAIRS [KEY]
 // Only the measured loop is instrumented (callgrind's client requests);
 // callgrind.sh runs it for two loop lengths and divides the difference.
+// KEY (default: a private shared-memory key) may be a Redis URL:
+// redis-count.sh counts the server's instructions that way.
 #include <shmsem/shmsem.hpp>
 
 #include <unistd.h>
@@ -19,13 +21,13 @@
 #include <string_view>
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s {acquire|ttl|try} PAIRS\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: %s {acquire|ttl|try} PAIRS [KEY]\n", argv[0]);
     return 2;
   }
   const std::string_view mode = argv[1];
   const long pairs = std::atol(argv[2]);
-  const std::string key = "bench.pair_count." + std::to_string(::getpid());
+  const std::string key = argc == 4 ? argv[3] : "bench.pair_count." + std::to_string(::getpid());
   int rc = 0;
   {
     auto sem = shmsem::Semaphore::open(key, 8);
