@@ -11,16 +11,17 @@
 // placeholder member "." (a zset's at score +inf) and never becomes empty: an empty key does not
 // exist, and would hold every script back for the whole migration.
 //
-// What is stored (format "shmsem-redis/4"), all under the hash tag {KEY}:
+// What is stored (format "shmsem-redis/5"), all under the hash tag {KEY}:
 //   shmsem{KEY}            hash: format, epoch, created, about; `state`,
 //                          little-endian doubles: cap, used, seq (the last
 //                          lease or waiter id: ids are fencing tokens, the
 //                          server's time in us or the last id + 1), queued,
 //                          ttls, idlers, marks, sdue (no session deadline
 //                          is earlier; 0: unknown), the EWMA and its time,
-//                          acquired, released, the wait and hold sums;
-//                          `hist`, 26 doubles: the wait, then the hold
-//                          histogram; the rarer counters as decimal fields
+//                          acquired, released, the wait and hold sums,
+//                          w0 (waits of acquires granted at once), then
+//                          the epoch; the other histogram buckets (w1..w12,
+//                          h0..h12) and the rarer counters as decimal fields
 //   shmsem{KEY}:leases     hash: lease id -> "sid|weight|granted_us|expires_us|pid|request|host"
 //   shmsem{KEY}:expiry     zset: lease id -> expiry (leases with a TTL only)
 //   shmsem{KEY}:sessions   zset: session id -> deadline; a session whose

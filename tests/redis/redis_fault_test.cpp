@@ -542,10 +542,11 @@ TEST(RedisFault, KeysOfAnotherTypeOrGarbageAreReportedAndLeftAlone) {
 
 // A semaphore stored by an older shmsem (its keys are laid out otherwise)
 // is refused by name and left as it is, never read as half a semaphore:
-// the first format, and the last one before the numbers were packed.
+// the first format, the last one before the numbers were packed, and the
+// last one with the histograms packed among them.
 TEST(RedisFault, ASemaphoreInAnOlderFormatIsRefusedAndLeftAlone) {
   redis_server srv;
-  for (const std::string format : {"shmsem-redis/1", "shmsem-redis/3"}) {
+  for (const std::string format : {"shmsem-redis/1", "shmsem-redis/3", "shmsem-redis/4"}) {
     SCOPED_TRACE(format);
     const std::string name = "old" + format.substr(format.size() - 1);
     const std::string meta = "shmsem{" + name + "}";

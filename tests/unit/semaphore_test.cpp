@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <shmsem/shmsem.hpp>
 
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -325,6 +326,64 @@ TEST(Semaphore, LockFreePermitReleasedOnAnotherThreadReturnsItsSeat) {
   EXPECT_EQ(st.acquired, 3u);
   EXPECT_EQ(st.released, 3u);
   EXPECT_EQ(st.hold.count(), 3u);
+}
+
+// Each wait and each hold is counted in the bucket of its length. The
+// first acquire finds the seat free; the second queues, and the first is
+// held for at least 20 ms after that. The clock here brackets the first's
+// hold and the second's wait from inside and from outside, so each must be
+// in a bucket between those of the two brackets, widened by the
+// resolution of the clock the backend measures with (shared memory: the
+// coarse monotonic clock, one kernel tick; Redis: the server's TIME, 1 us).
+TEST(Semaphore, StatsCountEachWaitAndHoldInTheBucketOfItsLength) {
+  using clock = std::chrono::steady_clock;
+  timespec res{};
+  ASSERT_EQ(::clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
+  const clock::duration tick =
+      on_redis() ? clock::duration::zero()
+                 : std::chrono::seconds(res.tv_sec) + std::chrono::nanoseconds(res.tv_nsec);
+  const auto bucket_of = [](clock::duration d) {
+    const double seconds = std::chrono::duration<double>(d).count();
+    std::size_t b = 0;
+    while (b < Histogram::kBounds.size() && seconds > Histogram::kBounds[b]) ++b;
+    return b;
+  };
+  const auto in_buckets = [](const Histogram& h, std::size_t from, std::size_t to) {
+    std::uint64_t n = 0;
+    for (std::size_t b = from; b <= to; ++b) n += h.counts[b];
+    return n;
+  };
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  const auto before_first = clock::now();
+  auto first = s.acquire();
+  const auto first_granted = clock::now();
+  clock::time_point asked, granted;
+  std::thread second([&] {
+    asked = clock::now();
+    auto p = s.acquire();
+    granted = clock::now();
+    p.release();
+  });
+  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }, 10s));
+  const auto queued = clock::now();
+  std::this_thread::sleep_for(20ms);  // the length measured, not a synchronisation
+  const auto releasing = clock::now();
+  first.release();
+  const auto released = clock::now();
+  second.join();
+  const Stats st = s.stats();
+  EXPECT_EQ(st.wait.count(), 2u);
+  EXPECT_EQ(st.hold.count(), 2u);
+  EXPECT_GE(in_buckets(st.hold, bucket_of(releasing - first_granted - tick),
+                       bucket_of(released - before_first + tick)),
+            1u);
+  EXPECT_GE(
+      in_buckets(st.wait, bucket_of(releasing - queued - tick), bucket_of(granted - asked + tick)),
+      1u);
+  const double floor = std::chrono::duration<double>(20ms - tick).count();
+  EXPECT_GE(st.hold.sum_seconds, floor);
+  EXPECT_GE(st.wait.sum_seconds, floor);
 }
 
 TEST(Semaphore, PermitCanBeReleasedFromAnotherThread) {

@@ -25,7 +25,7 @@ else
   reap(now)
   grant_queued(now)
   if S.queued == 0 and S.used + n <= S.cap then
-    local id = new_lease(sid, n, tonumber(ARGV[6]), now, ARGV[7], ARGV[10], ARGV[8])
+    local id = new_lease(sid, n, ARGV[5], tonumber(ARGV[6]), now, ARGV[7], ARGV[10], ARGV[8])
     hist('w', 0)
     result = {'ok', S.epoch, id, S.cap, S.used}
   elseif mode ~= 'wait' then

@@ -13,7 +13,8 @@ if ARGV[1] == '1' then
       local state = 'alive'
       if expired(rec, now) then state = 'expired'
       elseif (not d) or tonumber(d) <= now then state = 'dead' end
-      for _, v in ipairs({all[k], rec[2], rec[3], rec[4], rec[5], rec[7], state}) do
+      local pid, _, host = lease_tail(rec)
+      for _, v in ipairs({all[k], rec[2], rec[3], rec[4], pid, host, state}) do
         holders[#holders + 1] = v
       end
     end

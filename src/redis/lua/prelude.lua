@@ -14,7 +14,7 @@
 -- instead of running it halfway.
 local P, LEASES, EXPIRY, SESSIONS, QUEUE, WAITERS, IDLE, OWN, MARKS, MARKS_DUE
 local ARGV
-local FORMAT = 'shmsem-redis/4'
+local FORMAT = 'shmsem-redis/5'
 -- Each hash and sorted set keeps this member (zsets at score +inf), so
 -- that it exists even when empty: a node that migrates a slot refuses a
 -- call while a declared key is missing, and an empty key is missing too.
@@ -96,12 +96,23 @@ end
 -- reply voids it (see void()).
 -- One string.match for a whole record costs about half of split()'s dozen
 -- C calls; split() still reads a record with fewer fields.
-local LEASE_FIELDS = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$'
+-- lease_rec() gives a lease's first four fields and its tail, "pid|request|host",
+-- which few calls read (lease_tail()): each string made costs a few thousand
+-- instructions. table.concat(rec, '|') is the record again.
+local LEASE_FIELDS = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$'
+local TAIL_FIELDS = '^([^|]*)|([^|]*)|(.*)$'
 local WAITER_FIELDS = '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$'
 local function lease_rec(r)
-  local a, b, c, d, e, f, g = string.match(r, LEASE_FIELDS)
-  if a then return {a, b, c, d, e, f, g} end
-  return split(r, 7)
+  local a, b, c, d, e = string.match(r, LEASE_FIELDS)
+  if a then return {a, b, c, d, e} end
+  return split(r, 5)
+end
+-- pid, request, host
+local function lease_tail(rec)
+  local pid, request, host = string.match(rec[5] or '', TAIL_FIELDS)
+  if pid then return pid, request, host end
+  local t = split(rec[5] or '', 3)
+  return t[1], t[2], t[3]
 end
 local function waiter_rec(r)
   local a, b, c, d, e, f, g, h = string.match(r, WAITER_FIELDS)
@@ -112,37 +123,37 @@ end
 -- The semaphore while the script runs. Everything that most calls read
 -- and write is one field of the main hash, `state`, which load() reads with
 -- one HGET and save() writes back with one HSET: the format, then numbers
--- packed as little-endian doubles (struct.pack), then the wait and hold
--- histograms but for w0 (HIST_SLOTS doubles), then the epoch. Decimal fields would
--- cost a strtod() per number read and a string.format() per number
--- written, and an HMGET a Lua table per call: together about a third of
--- the server's work for an acquire+release (struct.pack costs about 300
--- instructions per number, so the histograms stay packed: hist() rewrites
--- one bucket's 8 bytes). Doubles keep ids, times and counts exact below
--- 2^53, as Lua's numbers do. Rarer counters are decimal fields of their own,
--- bumped with HINCRBY where they change. `queued` counts the queue, `ttls`
--- the leases with a TTL and `idlers` the wait_idle() callers, and `sdue`
--- is at or before the earliest session deadline (0: unknown), so that a
--- script can skip a call when there is nothing to look at. info() shows
--- every number as a decimal field.
+-- packed as little-endian doubles (struct.pack), then the epoch. Decimal
+-- fields would cost a strtod() per number read and a string.format() per
+-- number written, and an HMGET a Lua table per call: together about a
+-- third of the server's work for an acquire+release. Doubles keep ids,
+-- times and counts exact below 2^53, as Lua's numbers do. Rarer counters
+-- are decimal fields of their own, bumped with HINCRBY where they change.
+-- `queued` counts the queue, `ttls` the leases with a TTL and `idlers` the
+-- wait_idle() callers, and `sdue` is at or before the earliest session
+-- deadline (0: unknown), so that a script can skip a call when there is
+-- nothing to look at. info() shows every number as a decimal field.
 local STATE = {'cap', 'used', 'seq', 'queued', 'ttls', 'idlers', 'marks', 'sdue', 'ew', 'ewt',
                'acquired', 'released', 'ws', 'hs', 'w0'}
 -- Buckets w0 .. w12, then h0 .. h12: observations up to BOUNDS[i + 1] us,
 -- the last one above BOUNDS[12].
 -- w0, the waits of every acquire that found a seat at once, is a number
--- of the state; the other 25 buckets (w1 .. w12, h0 .. h12) are packed
--- apart, and hist() rewrites one bucket's 8 bytes there.
-local BUCKETS = #BOUNDS + 1
-local HIST_SLOTS = 2 * BUCKETS - 1
-local HIST_BYTES = 8 * HIST_SLOTS
+-- of the state. Each of the other 25 buckets is a decimal field of the
+-- main hash, bumped by one HINCRBY (about 5,000 server instructions).
+-- Packed into `state` too, they made every call read, copy and write 200
+-- bytes more, and Redis's Lua hashes every byte of each string it makes:
+-- one bucket rewritten with string.sub and `..` cost about 24,000.
 -- Spelled out: code run when the library loads cannot reach `string`.
-local HIST_PACK = '<ddddddddddddddddddddddddd'
-local STATE_PACK = '<c' .. #FORMAT .. 'dddddddddddddddc' .. HIST_BYTES
+local STATE_PACK = '<c' .. #FORMAT .. 'ddddddddddddddd'
 -- The numbers alone: struct.pack copies a string argument byte by byte,
--- so pack_state() joins the format, histograms and epoch with `..`.
+-- so pack_state() joins the format and the epoch with `..`.
 local NUMBERS_PACK = '<ddddddddddddddd'
-local EPOCH_AT = #FORMAT + 8 * #STATE + HIST_BYTES + 1
+local EPOCH_AT = #FORMAT + 8 * #STATE + 1
 local S = nil
+-- load() fills this one table, kept for the library's life: a new table
+-- of twenty fields at every call cost about 2,000 instructions, to make
+-- and then to collect.
+local kept = {}
 local found_format = nil
 
 -- The `state` field of `t` (S, or the same fields at create()).
@@ -150,7 +161,7 @@ local function pack_state(t)
   return FORMAT ..
          struct.pack(NUMBERS_PACK, t.cap, t.used, t.seq, t.queued, t.ttls, t.idlers, t.marks,
                      t.sdue, t.ew, t.ewt, t.acquired, t.released, t.ws, t.hs, t.w0) ..
-         t.hist .. t.epoch
+         t.epoch
 end
 
 local function load()
@@ -158,13 +169,13 @@ local function load()
   if type(v) == 'table' then return 'wrongtype' end
   if v and #v >= EPOCH_AT then
     local format, cap, used, seq, queued, ttls, idlers, marks, sdue, ew, ewt, acquired, released,
-          ws, hs, w0, hist = struct.unpack(STATE_PACK, v)
+          ws, hs, w0 = struct.unpack(STATE_PACK, v)
     if format == FORMAT then
-      S = {epoch = string.sub(v, EPOCH_AT), cap = cap, used = used, seq = seq, queued = queued,
-           ttls = ttls, idlers = idlers, marks = marks, sdue = sdue, ew = ew, ewt = ewt,
-           acquired = acquired, released = released, ws = ws, hs = hs, w0 = w0, hist = hist,
-           msgs = nil,
-           dirty = false, used_changed = false}
+      S = kept
+      S.epoch, S.cap, S.used, S.seq, S.queued = string.sub(v, EPOCH_AT), cap, used, seq, queued
+      S.ttls, S.idlers, S.marks, S.sdue, S.ew, S.ewt = ttls, idlers, marks, sdue, ew, ewt
+      S.acquired, S.released, S.ws, S.hs, S.w0 = acquired, released, ws, hs, w0
+      S.msgs, S.dirty, S.used_changed = nil, false, false
       return 'ok'
     end
   end
@@ -182,7 +193,8 @@ local function load()
 end
 
 -- The main hash as info() shows it: every field, with `state` spelled out
--- as decimal fields (epoch, the numbers, w0 .. w12, h0 .. h12).
+-- as decimal fields (the epoch and the numbers). A histogram bucket that
+-- never counted anything has no field.
 local function fields()
   local out = {}
   local all = redis.call('HGETALL', P)
@@ -197,11 +209,6 @@ local function fields()
   for _, f in ipairs(STATE) do
     out[#out + 1] = f
     out[#out + 1] = f == 'ew' and string.format('%.17g', S.ew) or int(S[f])
-  end
-  local counts = {struct.unpack(HIST_PACK, S.hist)}
-  for i = 1, HIST_SLOTS do
-    out[#out + 1] = (i < BUCKETS and 'w' .. i) or ('h' .. (i - BUCKETS))
-    out[#out + 1] = int(counts[i])
   end
   return out
 end
@@ -245,8 +252,7 @@ local function create(cap, epoch, now)
   -- `format` also stands alone, for older versions to find and name.
   local state = pack_state({cap = cap, used = 0, seq = now, queued = 0, ttls = 0, idlers = 0,
                             marks = 0, sdue = 0, ew = 0, ewt = now, acquired = 0, released = 0,
-                            ws = 0, hs = 0, w0 = 0, hist = string.rep(struct.pack('<d', 0), HIST_SLOTS),
-                            epoch = epoch})
+                            ws = 0, hs = 0, w0 = 0, epoch = epoch})
   redis.call('HSET', P, 'format', FORMAT, 'state', state, 'created', int(now), 'about', ABOUT)
 end
 
@@ -281,10 +287,7 @@ local function hist(prefix, d)
     add('w0', 1)
     return
   end
-  local at = 8 * (prefix == 'h' and BUCKETS - 1 + i or i - 1)
-  local h = S.hist
-  S.hist = string.sub(h, 1, at) .. struct.pack('<d', struct.unpack('<d', h, at + 1) + 1) ..
-           string.sub(h, at + 9)
+  redis.call('HINCRBY', P, prefix .. i, 1)
 end
 
 local function note(sid, m)
@@ -345,17 +348,21 @@ local function prune_marks(now)
   redis.call('ZREM', MARKS_DUE, unpack(due))
 end
 
-local function new_lease(sid, n, ttl_ms, now, pid, request, host)
+-- `weight` is n as its caller received it, so that the record needs no
+-- number formatted (each string made costs a few thousand instructions).
+local function new_lease(sid, n, weight, ttl_ms, now, pid, request, host)
   local id = next_id(now)
   local key = int(id)
+  -- The id is the time of the grant unless ids ran ahead of the clock.
+  local granted = id == now and key or int(now)
   local exp = '0'
   if ttl_ms > 0 then
     exp = int(now + ttl_ms * 1000)
     redis.call('ZADD', EXPIRY, exp, key)
     add('ttls', 1)
   end
-  redis.call('HSET', LEASES, key, sid .. '|' .. n .. '|' .. int(now) .. '|' .. exp .. '|' .. pid ..
-             '|' .. request .. '|' .. host)
+  redis.call('HSET', LEASES, key, sid .. '|' .. weight .. '|' .. granted .. '|' .. exp .. '|' ..
+             pid .. '|' .. request .. '|' .. host)
   own_add(sid, 'l' .. key)
   add('acquired', 1)
   add('used', n)
@@ -387,6 +394,7 @@ local function lost(id)
 end
 
 local function expired(rec, now)
+  if rec[4] == '0' then return false end
   local exp = tonumber(rec[4])
   return exp > 0 and exp <= now
 end
@@ -501,7 +509,7 @@ local function grant_queued(now)
       elseif S.used + n > S.cap then
         return
       else
-        local id = new_lease(w[2], n, tonumber(w[4]), now, w[6], w[7], w[8])
+        local id = new_lease(w[2], n, w[3], tonumber(w[4]), now, w[6], w[7], w[8])
         redis.call('HSET', WAITERS, wid, 'G|' .. w[2] .. '|' .. int(id) .. '|' .. w[7])
         dequeue(wid)
         hist('w', now - tonumber(w[5]))
@@ -518,7 +526,7 @@ end
 local function void(request, sid, now)
   mark('v' .. request, '1', now)
   each_owned(sid, function(id, rec)
-    if rec[6] == request then end_lease(id, rec, 'released', now) end
+    if select(2, lease_tail(rec)) == request then end_lease(id, rec, 'released', now) end
   end, function(id, m)
     local r = redis.call('HGET', WAITERS, id)
     local w = r and waiter_rec(r)
