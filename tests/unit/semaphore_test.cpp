@@ -365,7 +365,11 @@ TEST(Semaphore, StatsCountEachWaitAndHoldInTheBucketOfItsLength) {
     granted = clock::now();
     p.release();
   });
-  ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }, 10s));
+  if (!eventually([&] { return s.waiters() == 1; }, 10s)) {
+    first.release();
+    second.join();
+    FAIL() << "the second acquire was never seen waiting";
+  }
   const auto queued = clock::now();
   std::this_thread::sleep_for(20ms);  // the length measured, not a synchronisation
   const auto releasing = clock::now();
