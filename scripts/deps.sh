@@ -5,7 +5,8 @@
 #   scripts/deps.sh bench   demo + the benchmarks' peers (`make bench`), with
 #                           the npm peer's node_modules (npm ci in bench/node)
 #   scripts/deps.sh deb     demo + the Debian packaging and the suite the
-#                           package build runs (`make deb`)
+#                           package build runs (`make deb`), with node and
+#                           the Node package's npm dependencies (node-shmsem)
 #   scripts/deps.sh test    everything `make test` runs: the suite, sanitizers,
 #                           static checks, fuzzers, the package tests, the
 #                           npm peer that bench.smoke runs, and the Node
@@ -50,19 +51,23 @@ case $set_name in
     ;;
 esac
 
-# The Redis table's peer, the npm package redis-semaphore, runs under node
-# (bench/node, pinned by its package-lock.json). Debian's nodejs and npm only
+# node and npm: the Redis table's peer, the npm package redis-semaphore,
+# runs under node (bench/node, pinned by its package-lock.json), and the
+# Node package (bindings/node, packaged as node-shmsem) builds with npm's
+# node-addon-api and is tested under node. Debian's nodejs and npm only
 # where there is none: a node that bundles its own npm conflicts with
 # Debian's npm package.
 node_peer=0
 case $set_name in bench | test) node_peer=1 ;; esac
-if [ $node_peer -eq 1 ]; then
+node_package=0
+case $set_name in deb | test) node_package=1 ;; esac
+if [ $node_peer -eq 1 ] || [ $node_package -eq 1 ]; then
   command -v node >/dev/null || pkgs+=(nodejs)
   command -v npm >/dev/null || pkgs+=(npm)
 fi
 # The Node package's addon (bindings/node) builds against node_api.h:
 # nodesource's nodejs ships it, Debian's comes with libnode-dev.
-if [ "$set_name" = test ] && [ ! -f /usr/include/node/node_api.h ]; then
+if [ $node_package -eq 1 ] && [ ! -f /usr/include/node/node_api.h ]; then
   pkgs+=(libnode-dev)
 fi
 
@@ -102,7 +107,7 @@ if [ $node_peer -eq 1 ] && ! npm_ci "$root/bench/node"; then
 fi
 # The Node package's node-addon-api (header-only) and the NestJS packages its
 # tests run against; without them CMake leaves the Node package out.
-if [ "$set_name" = test ] && ! npm_ci "$root/bindings/node"; then
+if [ $node_package -eq 1 ] && ! npm_ci "$root/bindings/node"; then
   echo "deps ($set_name): npm ci in $root/bindings/node failed" >&2
   exit 1
 fi

@@ -125,4 +125,18 @@ if [ -n "$module" ]; then
   (cd "$work" && PYTHONPATH=$site timeout 60 /usr/bin/python3 "$here/consumer/two_process.py" "$key.py") ||
     die "the Python consumer failed with the package in $site"
 fi
+
+# The Node package, if the build made it: a folder named shmsem under the
+# prefix's lib/nodejs, found by name through NODE_PATH, loading the prefix's
+# library.
+addon=$(find "$prefix" -name 'shmsem.node' 2>/dev/null | head -n 1)
+if [ -n "$addon" ]; then
+  nodedir=$(dirname "$(dirname "$(dirname "$(dirname "$addon")")")")
+  [ "$nodedir" = "$libdir/nodejs" ] || die "the Node package went to $nodedir, not $libdir/nodejs"
+  loaded=$(ldd "$addon" | awk '$1 == "libshmsem.so.0" {print $3}')
+  [ -n "$loaded" ] && [ "$(readlink -f "$loaded")" = "$(readlink -f "$libdir/libshmsem.so.0")" ] ||
+    die "$addon loads '$loaded', not $libdir/libshmsem.so.0"
+  (cd "$work" && env -u SHMSEM_NODE_ADDON NODE_PATH=$nodedir timeout 60 node "$here/consumer/two_process.js" "$key.js") ||
+    die "the Node consumer failed with the package in $nodedir"
+fi
 echo "prefix_install_test: ok"

@@ -2,8 +2,8 @@
 # tests/package/run.sh (`make package-test`, and the last step of `make
 # test`): the Debian packages from the outside, as a user meets them.
 #
-#   1. build libshmsem0, libshmsem-dev, shmsem-tools and python3-shmsem
-#      (packaging/build-deb.sh)
+#   1. build libshmsem0, libshmsem-dev, shmsem-tools, python3-shmsem and
+#      node-shmsem (packaging/build-deb.sh)
 #   2. check their contents and dependencies, and run lintian (errors and
 #      undocumented warnings fail; the documented ones are lintian overrides
 #      in packaging/debian/ and are listed in docs/install.md)
@@ -12,6 +12,7 @@
 #        and C, each running one semaphore across two processes; a
 #        consumer of <shmsem/logging.hpp>
 #      - `import shmsem` with /usr/bin/python3 and a two-process acquire
+#      - `require('shmsem')` with /usr/bin/node and a two-process acquire
 #      - semtop --once and shmsem --help from the PATH; man -w semtop
 #   4. dpkg --purge them and check that nothing of theirs is left.
 #
@@ -25,7 +26,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/tests/package
 work=${SHMSEM_PACKAGE_TEST_DIR:-$root/build-pkgtest}
 jobs=${JOBS:-2}
-packages=(libshmsem0 libshmsem-dev shmsem-tools python3-shmsem)
+packages=(libshmsem0 libshmsem-dev shmsem-tools python3-shmsem node-shmsem)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 arch=$(dpkg-architecture -qDEB_HOST_ARCH)
 start=$SECONDS
@@ -83,7 +84,7 @@ for p in "${packages[@]}"; do
   deb[$p]=$out/${p}_${version}_${arch}.deb
   [ -f "${deb[$p]}" ] || die "make deb did not produce ${deb[$p]##*/}"
 done
-for p in libshmsem0 python3-shmsem; do
+for p in libshmsem0 python3-shmsem node-shmsem; do
   ls "$out/$p"-dbgsym_*.deb >/dev/null 2>&1 || die "no $p-dbgsym package was built"
 done
 
@@ -142,12 +143,23 @@ grep -Eq "^$pydir/_shmsem\.cpython-3[0-9]+-$multiarch\.so\$" "$work/python3-shms
 ! grep -Eq '\.so\.|/include/|/usr/bin/' "$work/python3-shmsem.files" ||
   die "python3-shmsem carries files of the other packages"
 
+# node-shmsem: the package where Debian's node finds C++ addons, the addon
+# where lib/native.js looks for it, and a link where nodesource's node looks.
+nodedir=/usr/lib/$multiarch/nodejs/shmsem
+for f in package.json lib/index.js lib/index.d.ts lib/native.js build/Release/shmsem.node; do
+  grep -qx "$nodedir/$f" "$work/node-shmsem.files" || die "node-shmsem lacks $nodedir/$f"
+done
+grep -qx /usr/lib/node/shmsem "$work/node-shmsem.files" || die "node-shmsem lacks the link /usr/lib/node/shmsem"
+! grep -Eq '\.so\.|/include/|/usr/bin/|node_modules' "$work/node-shmsem.files" ||
+  die "node-shmsem carries files of the other packages, or node_modules"
+
 # Depends: the runtime libraries the shared library needs, and no others.
 depends() { dpkg-deb -f "${deb[$1]}" Depends; }
 echo "libshmsem0 Depends:    $(depends libshmsem0)"
 echo "libshmsem-dev Depends: $(depends libshmsem-dev)"
 echo "shmsem-tools Depends:  $(depends shmsem-tools)"
 echo "python3-shmsem Depends: $(depends python3-shmsem)"
+echo "node-shmsem Depends:   $(depends node-shmsem)"
 for d in libc6 libstdc++6 libspdlog1 libfmt9; do
   depends libshmsem0 | grep "\b$d" >/dev/null || die "libshmsem0 does not depend on $d"
 done
@@ -160,6 +172,9 @@ depends python3-shmsem | grep "libshmsem0 (>= ${version%-*})" >/dev/null ||
   die "python3-shmsem does not depend on libshmsem0 (>= ${version%-*}) (shlibs)"
 depends python3-shmsem | grep -E 'python3 \(>= 3\.[0-9]+~\)' >/dev/null ||
   die "python3-shmsem does not depend on the python3 it was built for (dh_python3)"
+depends node-shmsem | grep "libshmsem0 (>= ${version%-*})" >/dev/null ||
+  die "node-shmsem does not depend on libshmsem0 (>= ${version%-*}) (shlibs)"
+depends node-shmsem | grep 'nodejs (>= 18)' >/dev/null || die "node-shmsem does not depend on nodejs (>= 18)"
 
 # ---------------------------------------------------------------- lintian
 step "lintian"
@@ -184,11 +199,12 @@ for p in "${packages[@]}"; do
 done
 # A clean start: none of the packages' files may exist before the install,
 # or the check after the purge would prove nothing.
-cat "$work"/{libshmsem0,libshmsem-dev,shmsem-tools,python3-shmsem}.files | grep -v '/$' >"$work/all.files"
+cat "$work"/{libshmsem0,libshmsem-dev,shmsem-tools,python3-shmsem,node-shmsem}.files | grep -v '/$' >"$work/all.files"
 while read -r f; do
   [ ! -e "$f" ] && [ ! -L "$f" ] || die "$f exists before the packages are installed"
 done <"$work/all.files"
-dpkg -i "${deb[libshmsem0]}" "${deb[libshmsem-dev]}" "${deb[shmsem-tools]}" "${deb[python3-shmsem]}"
+dpkg -i "${deb[libshmsem0]}" "${deb[libshmsem-dev]}" "${deb[shmsem-tools]}" "${deb[python3-shmsem]}" \
+  "${deb[node-shmsem]}"
 for p in "${packages[@]}"; do is_installed "$p" || die "$p is not installed after dpkg -i"; done
 ldconfig -p | grep "libshmsem.so.0 .*=> /.*/$multiarch/libshmsem.so.0" >/dev/null || die "ldconfig does not know libshmsem.so.0"
 
@@ -232,6 +248,20 @@ where=$(cd "$work/python" && env -u PYTHONPATH /usr/bin/python3 -c 'import shmse
 [ "$where" = "$pydir/__init__.py" ] || die "/usr/bin/python3 imported shmsem from $where, not $pydir"
 (cd "$work/python" && env -u PYTHONPATH timeout --kill-after=10 60 /usr/bin/python3 "$here/consumer/two_process.py" "$key_base.py") ||
   die "the Python consumer failed"
+
+step "Node: require('shmsem') with /usr/bin/node (from /usr)"
+keys+=("$key_base.js")
+# From an empty directory, without NODE_PATH or the build's addon: only the
+# installed package can answer.
+mkdir -p "$work/node"
+where=$(cd "$work/node" && env -u NODE_PATH -u SHMSEM_NODE_ADDON /usr/bin/node -p "require.resolve('shmsem')") ||
+  die "/usr/bin/node cannot require shmsem"
+case "$where" in
+  "$nodedir"/lib/index.js | /usr/lib/node/shmsem/lib/index.js) ;;
+  *) die "/usr/bin/node required shmsem from $where, not $nodedir" ;;
+esac
+(cd "$work/node" && env -u NODE_PATH -u SHMSEM_NODE_ADDON timeout --kill-after=10 60 /usr/bin/node \
+  "$here/consumer/two_process.js" "$key_base.js") || die "the Node consumer failed"
 
 # ---------------------------------------------------------------- tools
 step "semtop and shmsem from the PATH"
@@ -279,7 +309,8 @@ while read -r f; do
 done <"$work/all.files"
 # Directories of our own (shared ones such as /usr/bin stay, as they should).
 for d in /usr/include/shmsem "/usr/lib/$multiarch/cmake/shmsem" /usr/share/doc/libshmsem0 \
-  /usr/share/doc/libshmsem-dev /usr/share/doc/shmsem-tools /usr/share/doc/python3-shmsem "$pydir"; do
+  /usr/share/doc/libshmsem-dev /usr/share/doc/shmsem-tools /usr/share/doc/python3-shmsem "$pydir" \
+  /usr/share/doc/node-shmsem "$nodedir" /usr/lib/node/shmsem; do
   [ ! -e "$d" ] || {
     echo "left behind: $d" >&2
     left=1
