@@ -439,24 +439,6 @@ void settle_waiters(semaphore_state& s, const renewal& rn, const reply& ws, rene
   }
 }
 
-// "epoch", "absent", "garbage", "format" or "wrongtype": the data these
-// permits were granted in is gone. Under s.mu.
-void renewal_found_data_gone(semaphore_state& s, const reply& r, renewal_outcome& out) {
-  const std::string e = r.at(0).str() == "epoch" ? std::string(r.at(1).str()) : std::string();
-  for (lease* l : s.leases)
-    if (s.mark_lost(*l, "data")) out.lost.push_back(l);
-  for (auto& [wid, w] : s.waiters) {
-    if (w->st != waiter::state::waiting) continue;
-    w->st = waiter::state::gone;
-    w->error = describe_loss("data");
-  }
-  s.releases.clear();
-  s.abandoned.clear();
-  s.claimed.clear();
-  s.voided.clear();
-  s.epoch = e;
-}
-
 // The server answered the renewal. Under s.mu.
 void renewal_answered(semaphore_state& s, schedule& sc, const renewal& rn, const reply& r,
                       std::int64_t sent_at, renewal_outcome& out) {
@@ -479,7 +461,10 @@ void renewal_answered(semaphore_state& s, schedule& sc, const renewal& rn, const
     const long long next = r.at(5).integer();
     s.expiry_due_ns = next < 0 ? 0 : sent_at + ms_ns(next);
   } else {
-    renewal_found_data_gone(s, r, out);
+    // "epoch", "absent", "garbage", "format" or "wrongtype": the data these
+    // permits were granted in is gone. An acquire may have seen the new
+    // epoch first, and what it got there stays.
+    s.saw_epoch(r.at(0).str() == "epoch" ? std::string(r.at(1).str()) : std::string(), &out.lost);
   }
   ++s.events;
   s.cv.notify_all();
