@@ -7,6 +7,7 @@
 
 #include "base/backend.hpp"
 #include "base/key_syntax.hpp"
+#include "shm/backend.hpp"
 #ifdef SHMSEM_WITH_REDIS
 #include "redis/backend.hpp"
 #endif
@@ -19,23 +20,26 @@ const backend_kind* const kKinds[] = {
 #ifdef SHMSEM_WITH_REDIS
     &redis::kind,
 #endif
-    nullptr,  // ends the list, which is otherwise empty without Redis
+    &segment_kind,  // every key that is no URL
 };
 
 }  // namespace
 
-const backend_kind* backend_of(std::string_view key) {
-  const std::optional<std::string> scheme = url_scheme(key);
-  if (!scheme) return nullptr;
+std::span<const backend_kind* const> backend_kinds() noexcept {
+  return kKinds;
+}
+
+const backend_kind& backend_of(std::string_view key) {
   std::string served;
   for (const backend_kind* k : kKinds) {
-    if (!k) break;
-    if (k->claims(key)) return k;
+    if (k->claims(key)) return *k;
+    if (!k->schemes) continue;
     served += served.empty() ? "" : ", ";
     served += k->schemes;
   }
+  // Only a URL is left unclaimed.
   throw std::invalid_argument(
-      "shmsem: '" + shown_url(key) + "' is a " + *scheme + ":// URL, and " +
+      "shmsem: '" + shown_url(key) + "' is a " + url_scheme(key).value_or("") + ":// URL, and " +
       (served.empty() ? std::string("this build of shmsem serves no URL (it was built without "
                                     "Redis: SHMSEM_WITH_REDIS=OFF)")
                       : "shmsem serves only " + served));

@@ -22,6 +22,7 @@
 
 #include "base/backend.hpp"
 #include "base/handle.hpp"
+#include "shm/backend.hpp"
 #include "shm/key.hpp"
 #include "shm/segment.hpp"
 #include "shm/trust.hpp"
@@ -160,19 +161,15 @@ std::unique_ptr<segment_copy> read_copy(const std::string& name, const std::stri
 
 }  // namespace
 
-/// Builds snapshots of a copy with Semaphore's own code, through a handle
-/// that is never registered: its destruction must not detach anything.
+/// Builds snapshots of a copy with the shared-memory backend's own code,
+/// through a handle that is never registered and a backend that only
+/// borrows the copy: their destruction must not detach anything.
 struct inspection {
   static Snapshot snapshot(attachment& a, const Options& options) {
-    auto h = std::make_unique<handle>();
-    h->att = &a;
-    h->opts = options;
-    Semaphore sem(std::move(h));
-    struct forget {
-      Semaphore& s;
-      ~forget() { s.h_.reset(); }
-    } guard{sem};
-    return sem.snapshot();
+    handle h;
+    h.att = &a;
+    h.opts = options;
+    return segment_backend(&a, false).snapshot(h);
   }
 };
 
@@ -306,7 +303,7 @@ std::vector<SegmentUser> users_of(std::vector<sys::open_file> files, const std::
 Snapshot Semaphore::inspect(std::string_view key, const Options& options) {
   // A backend with no file to copy: a short-lived handle reads it, and the
   // server's own access control decides who may.
-  if (detail::backend_of(key)) return attach(key, options).snapshot();
+  if (!detail::backend_of(key).capabilities.segment_file) return attach(key, options).snapshot();
   detail::validate_key(key);
   detail::validate_trusted_owners(options.trusted_owners);
   const std::string name = detail::key_to_name(key);
@@ -330,7 +327,7 @@ SegmentOwner Semaphore::owner(std::string_view key, const Options& options) {
 }
 
 std::vector<SegmentUser> Semaphore::users(std::string_view key) {
-  if (detail::backend_of(key)) return {};
+  if (!detail::backend_of(key).capabilities.segment_file) return {};
   const std::string path = segment_path(key);
   auto files = sys::open_files_under(path);
   std::erase_if(files, [&](const sys::open_file& f) { return f.path != path; });

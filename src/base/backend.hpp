@@ -1,14 +1,21 @@
-// backend.hpp: the seam between the public layer and a backend other than
-// shared memory. Shared memory stays inline in the public layer, for its
-// lock-free fast path; every other backend is a folder (src/redis/) that
-// implements `backend` for a Semaphore handle and `remote_lease` for a
-// Permit, and one line of src/api/backends.cpp registers its keys.
+// backend.hpp: the seam between the public layer and a backend. Every
+// backend (src/shm/, src/redis/) implements `backend` for a Semaphore
+// handle; one line of src/api/backends.cpp registers the keys of each
+// backend but shared memory, which serves every key that is no URL. The
+// public layer keeps one branch of its own for shared memory: the inline
+// lock-free fast path of acquire() and try_acquire(). A Permit of a backend
+// other than shared memory holds a `remote_lease`.
 //
-// The contract each implementation keeps, so that the public layer can
-// treat them alike: arguments reach it checked (weights, durations, options);
-// what it throws is one of the public exceptions, its message naming the key;
-// its observer events and stats are its own, as the public headers
-// describe them.
+// What the public layer does, once for every backend: it checks arguments
+// (weights, durations, options) before they reach a backend; it tells the
+// observer how each acquisition ended, and turns a refusal into the
+// caller's AcquisitionError or empty optional (an `attempt`, below); and
+// it tells the observer of seats reaped. What each backend does: its
+// work, its stats (a refusal is counted where the backend keeps its
+// counters, in the same step that refuses), the observer's on_wait_start
+// (handle::wait_started(), at the moment it queues), and the Permit side of
+// its leases. What a backend throws is one of the public exceptions, its
+// message naming the key.
 #pragma once
 
 #include <shmsem/observer.hpp>
@@ -17,16 +24,21 @@
 #include <shmsem/semaphore.hpp>
 #include <shmsem/stats.hpp>
 
+#include <exception>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace shmsem::detail {
 
+struct attachment;
 struct handle;
 
 /// A Permit's lease on a backend other than shared memory. The Permit
@@ -86,20 +98,67 @@ struct figures {
   int used = 0;
   int waiters = 0;
   double smoothed = 0;
+
+  /// A snapshot of `key` with these figures, for the backend to complete.
+  Snapshot snapshot_of(std::string_view key) const {
+    Snapshot s;
+    s.key = std::string(key);
+    s.capacity = capacity;
+    s.used = used;
+    s.waiters = waiters;
+    s.utilization = static_cast<double>(used) / std::max(1, capacity);
+    s.utilization_smoothed = smoothed;
+    return s;
+  }
 };
 
-/// One Semaphore handle's backend other than shared memory. Each call gets
-/// the handle, for its options, its id and whether it was shut down.
+/// One acquisition as the caller asked for it, its options resolved
+/// against the handle's.
+struct acquisition {
+  int n;
+  std::int64_t ttl_ms;  // 0: none
+  bool renew;
+};
+
+/// How a backend's acquisition ended: a permit, or why there is none. The
+/// public layer tells the observer and the caller from it.
+struct attempt {
+  std::optional<Permit> permit;  // set: granted
+  /// Otherwise why not: a Reason's outcome, or `unavailable` for a try
+  /// that found no free seat.
+  Outcome outcome = Outcome::acquired;
+  /// For the error's message: what follows the reason's words; for
+  /// Outcome::error, the backend's own words instead of them.
+  std::string detail;
+  std::exception_ptr cause;  // the error behind Outcome::error, if any
+  /// The semaphore as the backend saw it when the attempt ended.
+  int capacity = 0;
+  int used = 0;
+  bool waited = false;  // false: decided without blocking
+  std::uint32_t wakeups = 0;
+  std::int64_t waited_ns = 0;
+};
+
+/// One Semaphore handle's backend. Each call gets the handle, for its
+/// options, its id and whether it was shut down. A `lock_timeout` bounds
+/// an administrative call's wait for a lock of the backend's own, where it
+/// has one (shared memory's segment lock); unset, it waits as long as it
+/// takes.
 class backend {
  public:
   virtual ~backend() = default;
   /// The key as the handle shows it (a URL without its password).
   virtual std::string_view key() const noexcept = 0;
   virtual Capabilities capabilities() const noexcept = 0;
+  virtual Fairness fairness() const noexcept = 0;
+  /// The mapped segment that the public layer's inline fast path works on:
+  /// shared memory's, and null for every other backend.
+  virtual attachment* fast_path_segment() const noexcept { return nullptr; }
 
-  virtual Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew,
-                         const AcquireOptions& opts) = 0;
-  virtual std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) = 0;
+  /// Blocks as `opts` allow. A failure is an `attempt` without a permit,
+  /// but an error of the backend's own may also be thrown.
+  virtual attempt acquire(handle& h, const acquisition& q, const AcquireOptions& opts) = 0;
+  virtual attempt try_acquire(handle& h, const acquisition& q) = 0;
 
   /// Never throws: after an error, the last figures read (with a debug log).
   virtual figures read_figures(const handle& h) noexcept = 0;
@@ -107,11 +166,16 @@ class backend {
   virtual std::vector<Holder> holders(const handle& h) = 0;
   virtual Snapshot snapshot(const handle& h) = 0;
 
-  virtual int reap(handle& h) = 0;
-  virtual void set_capacity(handle& h, int permits) = 0;
-  virtual int force_release_all(handle& h) = 0;
+  /// The seats freed (the public layer tells the observer).
+  virtual int reap(handle& h, std::optional<std::chrono::milliseconds> lock_timeout) = 0;
+  /// `permits` is checked (1..kMaxCapacity).
+  virtual void set_capacity(handle& h, int permits,
+                            std::optional<std::chrono::milliseconds> lock_timeout) = 0;
+  virtual int force_release_all(handle& h,
+                                std::optional<std::chrono::milliseconds> lock_timeout) = 0;
   virtual bool wait_idle(handle& h, std::chrono::milliseconds timeout) = 0;
-  /// The handle's blocked acquires end and its permits stop auto-renewing.
+  /// The handle's blocked acquires end and its permits stop auto-renewing
+  /// (after the handle is marked shut).
   virtual void shutdown(handle& h) = 0;
 };
 
@@ -120,23 +184,33 @@ class backend {
 struct backend_kind {
   /// In messages: "Redis".
   const char* name;
-  /// The schemes it serves, for messages: "redis://, redis+unix://".
+  /// The URL schemes it serves, for messages ("redis://, redis+unix://"),
+  /// or null for shared memory, which serves every key that is no URL.
   const char* schemes;
   /// What its handles can do (Semaphore::capabilities_of(key)).
   Capabilities capabilities;
-  /// True for a key this kind serves (a URL of its scheme).
+  /// True for a key this kind serves.
   bool (*claims)(std::string_view key) noexcept;
+  /// Throws std::invalid_argument, naming the key, for a key it claims but
+  /// cannot serve; null if open() is the first to tell.
+  void (*check)(std::string_view key);
   /// Semaphore::open (permits >= 1) and attach (permits == 0).
-  std::shared_ptr<backend> (*open)(std::string_view key, int permits, const Options& options);
+  std::unique_ptr<backend> (*open)(std::string_view key, int permits, const Options& options);
   /// Semaphore::remove and remove_if_unused: whether it was deleted.
   bool (*remove)(std::string_view key, bool only_unused);
-  /// Semaphore::list(server): the keys of the semaphores at that address.
+  /// Semaphore::list(server): the keys of the semaphores at that address;
+  /// null for a kind with no servers.
   std::vector<std::string> (*list)(std::string_view server);
+  /// shutdown_all(): stops what outlives this kind's handles (the
+  /// renewals of permits whose Semaphore is gone); null if nothing does.
+  void (*shutdown_all)();
 };
 
-/// The kind of backend that serves `key`, or null for a shared-memory key.
-/// Throws std::invalid_argument, naming the key, for a URL that this build
-/// has no backend for.
-const backend_kind* backend_of(std::string_view key);
+/// The kind of backend that serves `key`. Throws std::invalid_argument,
+/// naming the key, for a URL that this build has no backend for.
+const backend_kind& backend_of(std::string_view key);
+
+/// Every kind of backend this build has.
+std::span<const backend_kind* const> backend_kinds() noexcept;
 
 }  // namespace shmsem::detail

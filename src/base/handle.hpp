@@ -1,6 +1,5 @@
-// handle.hpp: what a Semaphore object owns, process-local: the seam where
-// the public layer meets a backend (a mapped segment, or another backend
-// behind base/backend.hpp).
+// handle.hpp: what a Semaphore object owns, process-local: its backend
+// (base/backend.hpp) and what the public layer keeps beside it.
 #pragma once
 
 #include <shmsem/observer.hpp>
@@ -11,25 +10,36 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
+
+#include "base/backend.hpp"
+#include "base/observe.hpp"
 
 namespace shmsem::detail {
 
 struct attachment;
-class backend;
 
 struct handle {
+  std::unique_ptr<backend> b;  // never null once opened
+  // Shared memory's mapped segment, for the inline fast path; null for a
+  // key of another backend.
   attachment* att = nullptr;
-  // Set instead of `att` for a key of another backend (base/backend.hpp).
-  std::shared_ptr<backend> remote;
   Options opts;
   std::uint64_t id = 0;
   std::atomic<bool> shut{false};
   std::mutex waits_mu;               // guards `waits`
   std::vector<std::uint32_t> waits;  // waiter slots of this handle's blocked acquires
 
-  /// Makes this handle's blocked acquires look at their state again.
+  /// Makes this handle's shared-memory acquires that are blocked look at
+  /// their state again.
   void nudge_waiters();
+
+  /// Tells the observer that an acquisition of `n` seats of `key` starts
+  /// to wait: the backend calls it when the acquisition queues.
+  void wait_started(std::string_view key, int n) const {
+    notify(opts.observer, [&](Observer& o) { o.on_wait_start(key, n); });
+  }
 };
 
 /// The library's own way into a Semaphore (the service cache checks which

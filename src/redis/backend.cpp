@@ -49,7 +49,7 @@ bool shut_down(const handle& h) {
 
 // The handle's state, a fresh one for this process after a fork().
 state_ptr state_of(const handle& h) {
-  auto& r = static_cast<remote&>(*h.remote);
+  auto& r = static_cast<server_backend&>(*h.b);
   state_ptr s = r.state.load();
   if (s->fork_gen == fork_generation()) [[likely]]
     return s;
@@ -178,15 +178,23 @@ void touched(semaphore_state& s, std::int64_t sent_at, std::uint64_t own_wid = 0
   s.renewed(sent_at, own_wid);
 }
 
-AcquireEvent event(semaphore_state& s, int n, std::uint64_t id, Outcome o, bool waited,
-                   std::chrono::nanoseconds wait, std::uint32_t wakeups) {
+// An attempt that ended as `o`, with the figures last read.
+attempt ended(semaphore_state& s, Outcome o, bool waited, std::int64_t started,
+              std::uint32_t wakeups) {
+  attempt a;
+  a.outcome = o;
+  a.waited = waited;
+  a.wakeups = wakeups;
+  a.waited_ns = waited ? sys::precise_now_ns() - started : 0;
   std::lock_guard g(s.mu);
-  return AcquireEvent{s.where.display, s.last_cap, n, s.last_used, id, wakeups, wait, o, waited};
+  a.capacity = s.last_cap;
+  a.used = s.last_used;
+  return a;
 }
 
 }  // namespace
 
-std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o) {
+std::unique_ptr<server_backend> open(std::string_view key, int permits, const Options& o) {
   const url u = parse(key);
   if (o.session_timeout < std::chrono::milliseconds(100) || o.session_timeout > kMaxDuration)
     throw std::invalid_argument(
@@ -242,7 +250,7 @@ std::shared_ptr<remote> open(std::string_view key, int permits, const Options& o
         std::min<std::int64_t>(kPollWithoutChannelsNs / 1'000'000, o.session_timeout.count() / 3),
         s->meta);
   saw_epoch(*s, r.at(1).str());
-  auto rm = std::make_shared<remote>();
+  auto rm = std::make_unique<server_backend>();
   rm->state.store(s);
   rm->shown = u.display;
   rm->permits = permits;
@@ -303,58 +311,37 @@ std::vector<std::string> list(std::string_view server) {
 
 namespace {
 
-// `cap`: the capacity that rejected the request (as the script saw it), or
-// -1 for the last one this process read.
-AcquisitionError acquisition_error(semaphore_state& s, Reason r, int n, const std::string& detail,
-                                   std::exception_ptr cause = nullptr, int cap = -1) {
-  if (cap < 0) {
-    std::lock_guard g(s.mu);
-    cap = s.last_cap;
-  }
-  std::string msg = "shmsem: cannot acquire " + seats(n) + " of '" + s.where.display + "': ";
-  // The table's words, but a Redis error is not a segment error.
-  msg += r == Reason::exceeds_capacity ? "more than the capacity of " + std::to_string(cap)
-         : r == Reason::error          ? std::string("Redis error")
-                                       : std::string(info_of(r)->what);
-  if (!detail.empty()) msg += ": " + detail;
-  return AcquisitionError(r, msg, std::move(cause));
-}
+// How an acquisition that is refused leaves the steps below: caught where
+// the backend's acquire returns its attempt.
+struct refused {
+  attempt a;
+};
 
-// The acquisition failed for a reason the caller should see; tells the observer.
-[[noreturn]] void fail(const handle& h, semaphore_state& s, Reason r, int n, bool waited,
-                       std::int64_t started, std::uint32_t wakeups, const std::string& detail = {},
+// The acquisition failed for `r`. `cap`: the capacity that rejected the
+// request (as the script saw it), or -1 for the last one this process read.
+[[noreturn]] void fail(semaphore_state& s, Reason r, bool waited, std::int64_t started,
+                       std::uint32_t wakeups, const std::string& detail = {},
                        std::exception_ptr cause = nullptr, int cap = -1) {
-  if (h.opts.observer) {
-    const AcquireEvent e =
-        event(s, n, 0, info_of(r)->outcome, waited,
-              std::chrono::nanoseconds(sys::precise_now_ns() - started), wakeups);
-    notify(h.opts.observer, [&](Observer& o) {
-      if (waited) o.on_wait_end(e);
-      o.on_acquire(e);
-    });
-  }
-  throw acquisition_error(s, r, n, detail, std::move(cause), cap);
+  refused f{ended(s, info_of(r)->outcome, waited, started, wakeups)};
+  // A Redis error is not a segment error: the words are the backend's own.
+  f.a.detail = r == Reason::error ? "Redis error" + (detail.empty() ? "" : ": " + detail) : detail;
+  f.a.cause = std::move(cause);
+  if (cap >= 0) f.a.capacity = cap;
+  throw f;
 }
 
-Permit granted(const handle& h, const state_ptr& s, std::uint64_t id, int n, std::int64_t ttl_ms,
-               bool renew, std::int64_t granted_ns, bool waited, std::int64_t started,
-               std::uint32_t wakeups) {
+attempt granted(const handle& h, const state_ptr& s, std::uint64_t id, int n, std::int64_t ttl_ms,
+                bool renew, std::int64_t granted_ns, bool waited, std::int64_t started,
+                std::uint32_t wakeups) {
   std::string epoch;
   {
     std::lock_guard g(s->mu);
     epoch = s->epoch;
   }
   Permit p = make_permit(h, s, id, epoch, n, ttl_ms, renew, granted_ns);
-  if (h.opts.observer) {
-    const AcquireEvent e =
-        event(*s, n, id, Outcome::acquired, waited,
-              std::chrono::nanoseconds(sys::precise_now_ns() - started), wakeups);
-    notify(h.opts.observer, [&](Observer& o) {
-      if (waited) o.on_wait_end(e);
-      o.on_acquire(e);
-    });
-  }
-  return p;
+  attempt a = ended(*s, Outcome::acquired, waited, started, wakeups);
+  a.permit = std::move(p);
+  return a;
 }
 
 const char* counter_of(Reason r) {
@@ -378,8 +365,8 @@ namespace {
 // what its reply says of the semaphore. An unreachable server, or a reply
 // other than "ok", "full", "exceeds" (or "queued", for a wait), fails the
 // call as an acquire that `waited` since `started` through `wakeups`.
-reply ask_for_seats(const handle& h, const state_ptr& sp, int n, std::int64_t ttl_ms,
-                    const char* mode, std::int64_t& sent_at, bool waited, std::int64_t started,
+reply ask_for_seats(const state_ptr& sp, int n, std::int64_t ttl_ms, const char* mode,
+                    std::int64_t& sent_at, bool waited, std::int64_t started,
                     std::uint32_t wakeups) {
   semaphore_state& s = *sp;
   reply r;
@@ -387,14 +374,13 @@ reply ask_for_seats(const handle& h, const state_ptr& sp, int n, std::int64_t tt
     r = run_acquire(s, n, ttl_ms, mode, sent_at);
   } catch (const io_error& e) {
     keeper::get().watch(sp);
-    fail(h, s, Reason::error, n, waited, started, wakeups,
-         "cannot reach Redis: " + std::string(e.what()),
+    fail(s, Reason::error, waited, started, wakeups, "cannot reach Redis: " + std::string(e.what()),
          std::make_exception_ptr(SegmentError(e.code(), e.what())));
   }
   const std::string st(r.at(0).str());
   const bool may_queue = std::string_view(mode) != "try";
   if (st != "ok" && (st != "queued" || !may_queue) && st != "full" && st != "exceeds")
-    fail(h, s, Reason::error, n, waited, started, wakeups, foreign_data(s, r));
+    fail(s, Reason::error, waited, started, wakeups, foreign_data(s, r));
   touched(s, sent_at, st == "queued" ? static_cast<std::uint64_t>(r.at(2).integer()) : 0);
   saw_epoch(s, r.at(1).str());
   std::lock_guard g(s.mu);
@@ -417,7 +403,7 @@ class blocking_acquire {
       deadline_ = started_ + std::chrono::nanoseconds(*opts.wait_timeout).count();
   }
 
-  Permit run() {
+  attempt run() {
     if (shut_down(h_)) fail(Reason::shutdown);
     for (;; ++wakeups_) {
       std::int64_t sent_at = 0;
@@ -458,10 +444,10 @@ class blocking_acquire {
 
   [[noreturn]] void fail(Reason r, const std::string& detail = {},
                          std::exception_ptr cause = nullptr, int cap = -1) const {
-    redis::fail(h_, s_, r, n_, waited_, started_, wakeups_, detail, std::move(cause), cap);
+    redis::fail(s_, r, waited_, started_, wakeups_, detail, std::move(cause), cap);
   }
 
-  Permit grant(std::uint64_t lease_id) const {
+  attempt grant(std::uint64_t lease_id) const {
     return granted(h_, sp_, lease_id, n_, ttl_ms_, renew_, sys::precise_now_ns(), waited_, started_,
                    wakeups_);
   }
@@ -469,7 +455,7 @@ class blocking_acquire {
   // Asks for the seats: "ok", "queued", "full" or "exceeds".
   reply ask(std::int64_t& sent_at) const {
     const bool once = opts_.wait_timeout && opts_.wait_timeout->count() <= 0;
-    return ask_for_seats(h_, sp_, n_, ttl_ms_, once ? "once" : "wait", sent_at, waited_, started_,
+    return ask_for_seats(sp_, n_, ttl_ms_, once ? "once" : "wait", sent_at, waited_, started_,
                          wakeups_);
   }
 
@@ -487,8 +473,7 @@ class blocking_acquire {
       }
     }
     keeper::get().watch(sp_);
-    if (h_.opts.observer && !waited_)
-      notify(h_.opts.observer, [&](Observer& o) { o.on_wait_start(s_.where.display, n_); });
+    if (!waited_) h_.wait_started(s_.where.display, n_);
     waited_ = true;
   }
 
@@ -538,7 +523,7 @@ class blocking_acquire {
   // Leaves the queue after giving up for `reason`. A grant that arrived as
   // the budget ran out is kept; one that raced with a cancel or a shutdown
   // goes back.
-  Permit leave_queue(const waiter& w, Reason reason) {
+  attempt leave_queue(const waiter& w, Reason reason) {
     const std::string epoch = [&] {
       std::lock_guard g(s_.mu);
       return s_.epoch;
@@ -586,29 +571,30 @@ class blocking_acquire {
 
 }  // namespace
 
-Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts) {
-  return blocking_acquire(h, n, ttl_ms, renew, opts).run();
+attempt acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts) {
+  try {
+    return blocking_acquire(h, n, ttl_ms, renew, opts).run();
+  } catch (refused& f) {
+    return std::move(f.a);
+  }
 }
 
-std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) {
+attempt try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) {
   const state_ptr sp = state_of(h);
   semaphore_state& s = *sp;
   const std::int64_t started = sys::precise_now_ns();
-  auto failed = [&](Outcome o) -> std::optional<Permit> {
-    if (h.opts.observer) {
-      const AcquireEvent e = event(s, n, 0, o, false, std::chrono::nanoseconds(0), 0);
-      notify(h.opts.observer, [&](Observer& ob) { ob.on_acquire(e); });
-    }
-    return std::nullopt;
-  };
-  if (shut_down(h)) return failed(Outcome::shutdown);
-  std::int64_t sent_at = 0;
-  const reply r = ask_for_seats(h, sp, n, ttl_ms, "try", sent_at, false, started, 0);
-  const std::string st(r.at(0).str());
-  if (st == "exceeds") return failed(Outcome::exceeds_capacity);
-  if (st == "full") return failed(Outcome::unavailable);
-  return granted(h, sp, static_cast<std::uint64_t>(r.at(2).integer()), n, ttl_ms, renew,
-                 sys::precise_now_ns(), false, started, 0);
+  if (shut_down(h)) return ended(s, Outcome::shutdown, false, started, 0);
+  try {
+    std::int64_t sent_at = 0;
+    const reply r = ask_for_seats(sp, n, ttl_ms, "try", sent_at, false, started, 0);
+    const std::string st(r.at(0).str());
+    if (st == "exceeds") return ended(s, Outcome::exceeds_capacity, false, started, 0);
+    if (st == "full") return ended(s, Outcome::unavailable, false, started, 0);
+    return granted(h, sp, static_cast<std::uint64_t>(r.at(2).integer()), n, ttl_ms, renew,
+                   sys::precise_now_ns(), false, started, 0);
+  } catch (refused& f) {
+    return std::move(f.a);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -755,14 +741,7 @@ std::vector<Holder> holders(const handle& h) {
 
 Snapshot snapshot(const handle& h) {
   info_reply i = read_info(*state_of(h), true);
-  const figures f = figures_of(i);
-  Snapshot s;
-  s.key = h.remote->key();
-  s.capacity = f.capacity;
-  s.used = f.used;
-  s.waiters = f.waiters;
-  s.utilization = static_cast<double>(f.used) / std::max(1, f.capacity);
-  s.utilization_smoothed = f.smoothed;
+  Snapshot s = figures_of(i).snapshot_of(h.b->key());
   s.stats = stats_of(i);
   s.holders = std::move(i.holders);
   return s;
@@ -798,10 +777,7 @@ reply admin(semaphore_state& s, const script& sc, const std::vector<std::string>
 
 int reap(handle& h) {
   state_ptr s = state_of(h);
-  const int freed = static_cast<int>(admin(*s, scripts::reap(), {}, "cannot reap").at(1).integer());
-  if (freed > 0)
-    notify(h.opts.observer, [&](Observer& o) { o.on_reaped(s->where.display, freed); });
-  return freed;
+  return static_cast<int>(admin(*s, scripts::reap(), {}, "cannot reap").at(1).integer());
 }
 
 void set_capacity(handle& h, int permits) {
@@ -882,7 +858,7 @@ bool wait_idle(handle& h, std::chrono::milliseconds timeout) {
 }
 
 void shutdown(handle& h) {
-  state_ptr s = static_cast<remote&>(*h.remote).state.load();
+  state_ptr s = static_cast<server_backend&>(*h.b).state.load();
   if (s->fork_gen != fork_generation()) return;
   std::lock_guard g(s->mu);
   for (lease* l : s->leases)
@@ -1108,50 +1084,58 @@ bool claims(std::string_view key) noexcept {
   }
 }
 
-std::shared_ptr<backend> open_backend(std::string_view key, int permits, const Options& options) {
+std::unique_ptr<backend> open_backend(std::string_view key, int permits, const Options& options) {
   return open(key, permits, options);
 }
 
 }  // namespace
 
-const backend_kind kind{
-    "Redis", "redis://, redis+unix://", kCapabilities, &claims, &open_backend, &remove, &list};
+const backend_kind kind{.name = "Redis",
+                        .schemes = "redis://, redis+unix://",
+                        .capabilities = kCapabilities,
+                        .claims = &claims,
+                        .check = nullptr,
+                        .open = &open_backend,
+                        .remove = &remove,
+                        .list = &list,
+                        .shutdown_all = nullptr};
 
-Capabilities remote::capabilities() const noexcept {
+Capabilities server_backend::capabilities() const noexcept {
   return kCapabilities;
 }
-Permit remote::acquire(handle& h, int n, std::int64_t ttl_ms, bool renew,
-                       const AcquireOptions& opts) {
-  return redis::acquire(h, n, ttl_ms, renew, opts);
+attempt server_backend::acquire(handle& h, const acquisition& q, const AcquireOptions& opts) {
+  return redis::acquire(h, q.n, q.ttl_ms, q.renew, opts);
 }
-std::optional<Permit> remote::try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) {
-  return redis::try_acquire(h, n, ttl_ms, renew);
+attempt server_backend::try_acquire(handle& h, const acquisition& q) {
+  return redis::try_acquire(h, q.n, q.ttl_ms, q.renew);
 }
-figures remote::read_figures(const handle& h) noexcept {
+figures server_backend::read_figures(const handle& h) noexcept {
   return redis::read_figures(h);
 }
-Stats remote::stats(const handle& h) {
+Stats server_backend::stats(const handle& h) {
   return redis::stats(h);
 }
-std::vector<Holder> remote::holders(const handle& h) {
+std::vector<Holder> server_backend::holders(const handle& h) {
   return redis::holders(h);
 }
-Snapshot remote::snapshot(const handle& h) {
+Snapshot server_backend::snapshot(const handle& h) {
   return redis::snapshot(h);
 }
-int remote::reap(handle& h) {
+// Redis has no lock for an administrative call to wait for: each is one
+// script, bounded by the connection's timeouts.
+int server_backend::reap(handle& h, std::optional<std::chrono::milliseconds>) {
   return redis::reap(h);
 }
-void remote::set_capacity(handle& h, int n) {
+void server_backend::set_capacity(handle& h, int n, std::optional<std::chrono::milliseconds>) {
   redis::set_capacity(h, n);
 }
-int remote::force_release_all(handle& h) {
+int server_backend::force_release_all(handle& h, std::optional<std::chrono::milliseconds>) {
   return redis::force_release_all(h);
 }
-bool remote::wait_idle(handle& h, std::chrono::milliseconds timeout) {
+bool server_backend::wait_idle(handle& h, std::chrono::milliseconds timeout) {
   return redis::wait_idle(h, timeout);
 }
-void remote::shutdown(handle& h) {
+void server_backend::shutdown(handle& h) {
   redis::shutdown(h);
 }
 

@@ -1,7 +1,7 @@
 // redis/backend.hpp: the Redis backend as Semaphore and Permit see it.
 //
-// A Semaphore whose key is a redis:// or redis+unix:// URL has a `remote`
-// (below) in its handle instead of a mapped segment, and a Permit of it a
+// A Semaphore whose key is a redis:// or redis+unix:// URL has a
+// `server_backend` (below) as its handle's backend, and a Permit of it a
 // tagged `lease` (redis/session.hpp) instead of an attachment: both the
 // implementations of base/backend.hpp's interface. `kind` registers the
 // keys it serves (src/api/backends.cpp). Nothing here is on the
@@ -28,23 +28,24 @@ struct semaphore_state;
 struct lease;
 
 /// The Redis half of one Semaphore handle.
-struct remote final : backend {
+struct server_backend final : backend {
   std::atomic<std::shared_ptr<semaphore_state>> state;  // replaced in a forked child
   std::string shown;                                    // the URL without its password
   int permits = 0;                                      // open()'s; 0 for attach()
 
   std::string_view key() const noexcept override { return shown; }
   Capabilities capabilities() const noexcept override;
-  Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew,
-                 const AcquireOptions& opts) override;
-  std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) override;
+  Fairness fairness() const noexcept override { return Fairness::fifo; }
+  attempt acquire(handle& h, const acquisition& q, const AcquireOptions& opts) override;
+  attempt try_acquire(handle& h, const acquisition& q) override;
   figures read_figures(const handle& h) noexcept override;
   Stats stats(const handle& h) override;
   std::vector<Holder> holders(const handle& h) override;
   Snapshot snapshot(const handle& h) override;
-  int reap(handle& h) override;
-  void set_capacity(handle& h, int permits) override;
-  int force_release_all(handle& h) override;
+  int reap(handle& h, std::optional<std::chrono::milliseconds> lock_timeout) override;
+  void set_capacity(handle& h, int permits,
+                    std::optional<std::chrono::milliseconds> lock_timeout) override;
+  int force_release_all(handle& h, std::optional<std::chrono::milliseconds> lock_timeout) override;
   bool wait_idle(handle& h, std::chrono::milliseconds timeout) override;
   void shutdown(handle& h) override;
 };
@@ -54,7 +55,7 @@ struct remote final : backend {
 extern const backend_kind kind;
 
 /// Semaphore::open (permits >= 1) and attach (permits == 0) of a URL.
-std::shared_ptr<remote> open(std::string_view key, int permits, const Options& options);
+std::unique_ptr<server_backend> open(std::string_view key, int permits, const Options& options);
 /// Semaphore::remove and remove_if_unused of a URL: deletes the semaphore
 /// from the server (only if nothing is held or queued when `only_unused`).
 /// Returns whether it was deleted.
@@ -62,9 +63,9 @@ bool remove(std::string_view key, bool only_unused);
 /// Semaphore::list(server): the URLs of the semaphores on that server.
 std::vector<std::string> list(std::string_view server);
 
-// What remote's members do.
-Permit acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts);
-std::optional<Permit> try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew);
+// What server_backend's members do.
+attempt acquire(handle& h, int n, std::int64_t ttl_ms, bool renew, const AcquireOptions& opts);
+attempt try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew);
 
 /// The counters, read from the server (or, if it cannot be reached, the
 /// last values read, with a debug log).

@@ -161,10 +161,6 @@ void semaphore_state::tell(const loss_note& n) const {
   notify(n.observer, [&](Observer& o) { o.on_lost(where.display, n.id, n.why); });
 }
 
-void log_observer_error(const char* what) noexcept {
-  log().error("observer threw: {}", what);
-}
-
 void semaphore_state::add_waiter(waiter& w) {
   waiters[w.wid] = &w;
   auto it = early.find(w.wid);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/backend.hpp"
+#include "base/observe.hpp"
 #include "redis/client.hpp"
 #include "redis/url.hpp"
 
@@ -196,21 +197,6 @@ struct semaphore_state {
   /// script). [mu held]
   void renewed(std::int64_t sent_at, std::uint64_t own_wid = 0);
 };
-
-void log_observer_error(const char* what) noexcept;
-
-/// Calls an observer; what it throws is logged, not passed on.
-template <class F>
-void notify(const std::shared_ptr<Observer>& o, F&& f) noexcept {
-  if (!o) return;
-  try {
-    f(*o);
-  } catch (const std::exception& e) {
-    log_observer_error(e.what());
-  } catch (...) {
-    log_observer_error("unknown exception");
-  }
-}
 
 /// The process's state for `u` (shared with other handles of it).
 std::shared_ptr<semaphore_state> state_for(const url& u);
