@@ -22,11 +22,11 @@ namespace shmsem {
 class Observer;
 
 namespace detail {
-struct attachment;
+class lease_owner;
+struct lease_access;
 struct renewal;
+struct attachment;
 struct permit_access;
-class remote_lease;
-struct remote_access;
 }  // namespace detail
 
 class SHMSEM_API Permit {
@@ -38,7 +38,7 @@ class SHMSEM_API Permit {
   /// Takes other's lease; other is left empty. Inline, so that returning a
   /// Permit inside a std::optional (try_acquire) costs a few register moves.
   Permit(Permit&& other) noexcept
-      : att_(std::exchange(other.att_, nullptr)),
+      : owner_(std::exchange(other.owner_, nullptr)),
         slot_(other.slot_),
         weight_(other.weight_),
         id_(std::exchange(other.id_, 0)),
@@ -58,7 +58,7 @@ class SHMSEM_API Permit {
   /// Releases the seats if still held. Never throws: a lost seat is logged
   /// as a warning instead.
   ~Permit() {
-    if (att_) release_quietly();
+    if (owner_) release_quietly();
   }
 
   /// The semaphore's key; empty for an empty permit.
@@ -121,22 +121,22 @@ class SHMSEM_API Permit {
   void stop_auto_renew() noexcept;
 
   /// True for a permit that holds (or held) a lease; false once released.
-  explicit operator bool() const noexcept { return att_ != nullptr; }
+  explicit operator bool() const noexcept { return owner_ != nullptr; }
 
  private:
   friend class Semaphore;
   friend struct detail::attachment;
   friend struct detail::permit_access;
-  friend struct detail::remote_access;
-  Permit(detail::attachment* a, std::uint32_t slot, int weight, std::uint64_t id, std::uint64_t gen,
-         bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept {
+  friend struct detail::lease_access;
+  Permit(detail::lease_owner* a, std::uint32_t slot, int weight, std::uint64_t id,
+         std::uint64_t gen, bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept {
     hold(a, slot, weight, id, gen, fast, ttl_ms, granted_ns);
   }
   /// Makes this empty permit hold a granted lease. Lets try_acquire() build
   /// its permit inside the std::optional it returns, without a temporary.
-  void hold(detail::attachment* a, std::uint32_t slot, int weight, std::uint64_t id,
+  void hold(detail::lease_owner* a, std::uint32_t slot, int weight, std::uint64_t id,
             std::uint64_t gen, bool fast, std::int64_t ttl_ms, std::int64_t granted_ns) noexcept {
-    att_ = a;
+    owner_ = a;
     slot_ = slot;
     weight_ = weight;
     id_ = id;
@@ -147,18 +147,13 @@ class SHMSEM_API Permit {
     acquired_at_ = clock::time_point(std::chrono::nanoseconds(granted_ns));
   }
   void release_quietly() noexcept;
-  /// The lease this permit holds on a backend other than shared memory
-  /// (Redis), or null. It rides in att_ with its lowest bit set (both types
-  /// are aligned), so that the shared-memory hot path keeps testing one
-  /// pointer; members that follow att_ ask this first.
-  detail::remote_lease* remote() const noexcept {
-    const auto bits = reinterpret_cast<std::uintptr_t>(att_);
-    return (bits & 1) ? reinterpret_cast<detail::remote_lease*>(bits - 1) : nullptr;
-  }
   /// release() for every case the lock-free release cannot take.
   void release_slowly();
 
-  detail::attachment* att_ = nullptr;  // or a tagged remote lease: see remote()
+  // The backend's side of the lease (base/backend.hpp), null once released.
+  // slot_, gen_, fast_ and renewal_ are shared memory's: another backend
+  // keeps what it needs in its lease_owner.
+  detail::lease_owner* owner_ = nullptr;
   std::uint32_t slot_ = 0;
   int weight_ = 0;
   std::uint64_t id_ = 0;

@@ -1,28 +1,26 @@
-// permit.cpp: what a Permit does after the grant: its lease as this process
-// sees it, extension, and the release (lock-free, locked, or quiet).
+// permit.cpp: what a Permit does after the grant, for every backend: the
+// argument checks, and shared memory's lock-free release inline. Every
+// other call goes to the lease's owner (base/backend.hpp): shared memory's
+// in shm/permits.cpp, Redis's in redis/backend.cpp.
 
 #include <shmsem/errors.hpp>
 #include <shmsem/observer.hpp>
 #include <shmsem/permit.hpp>
 
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include "base/backend.hpp"
 #include "base/log.hpp"
 #include "shm/fastpath.hpp"
-#include "shm/renewer.hpp"
 #include "shm/segment.hpp"
 
 namespace shmsem {
 
-using detail::attachment;
-
 Permit& Permit::operator=(Permit&& o) noexcept {
   if (this != &o) {
     release_quietly();
-    att_ = o.att_;
+    owner_ = o.owner_;
     slot_ = o.slot_;
     weight_ = o.weight_;
     id_ = o.id_;
@@ -34,15 +32,14 @@ Permit& Permit::operator=(Permit&& o) noexcept {
     renewal_ = std::move(o.renewal_);
     observer_ = std::move(o.observer_);
     fence_ = o.fence_;
-    o.att_ = nullptr;
+    o.owner_ = nullptr;
     o.id_ = 0;
   }
   return *this;
 }
 
 std::string_view Permit::key() const noexcept {
-  if (auto* l = remote()) return l->key();
-  return att_ ? std::string_view(att_->key) : std::string_view();
+  return owner_ ? owner_->key_of(*this) : std::string_view();
 }
 
 std::optional<std::chrono::milliseconds> Permit::ttl() const noexcept {
@@ -51,37 +48,22 @@ std::optional<std::chrono::milliseconds> Permit::ttl() const noexcept {
 }
 
 std::optional<Permit::clock::time_point> Permit::expires_at() const noexcept {
-  if (auto* l = remote()) return l->expires_at();
-  std::int64_t exp = expires_ns_;
-  if (att_) {
-    // A renewal may have moved the expiry: read the slot, but keep what was
-    // read only if the slot still held this lease afterwards. Once the lease
-    // ended, the slot may hold somebody else's.
-    const detail::layout::lease_slot& l = att_->leases[slot_];
-    const std::uint64_t held = detail::layout::slot_state(gen_, detail::layout::kSlotHeld);
-    if (l.state.load(std::memory_order_acquire) == held &&
-        l.id.load(std::memory_order_relaxed) == id_) {
-      const std::int64_t live = l.expires_ns.load(std::memory_order_acquire);
-      if (l.state.load(std::memory_order_relaxed) == held) exp = live;
-    }
-  }
-  if (exp == 0) return std::nullopt;
-  return clock::time_point(std::chrono::nanoseconds(exp));
+  if (owner_) return owner_->expires_at(*this);
+  // Released: the expiry it last had.
+  if (expires_ns_ == 0) return std::nullopt;
+  return clock::time_point(std::chrono::nanoseconds(expires_ns_));
 }
 
 bool Permit::is_held() const noexcept {
-  if (auto* l = remote()) return l->is_held();
-  return att_ && att_->holds(slot_, gen_, id_, detail::lease_clock(), nullptr);
+  return owner_ && owner_->is_held(*this);
 }
 
 bool Permit::auto_renewing() const noexcept {
-  if (auto* l = remote()) return l->auto_renewing();
-  return renewal_ && renewal_->active.load();
+  return owner_ && owner_->auto_renewing(*this);
 }
 
 void Permit::stop_auto_renew() noexcept {
-  if (auto* l = remote()) l->stop_auto_renew();
-  if (renewal_) renewal_->stop();
+  if (owner_) owner_->stop_auto_renew(*this);
 }
 
 void Permit::extend(std::chrono::milliseconds ttl) {
@@ -90,77 +72,25 @@ void Permit::extend(std::chrono::milliseconds ttl) {
                                 "' needs a TTL from 1 ms to " +
                                 std::to_string(kMaxDuration.count()) + " ms (about 11 days), got " +
                                 std::to_string(ttl.count()) + " ms");
-  if (auto* l = remote()) return l->extend(*this, ttl);
-  if (!att_)
+  if (!owner_)
     throw ExtensionError("shmsem: extend() on a permit that holds nothing (released or moved)");
-  std::string why;
-  std::int64_t exp = 0;
-  detail::extend_result r;
-  {
-    // Held across the extension, so that a renewal in flight cannot set
-    // the expiry back to the old TTL after this one.
-    std::unique_lock<std::mutex> g;
-    if (renewal_ && !renewal_->inherited()) g = std::unique_lock(renewal_->mu);
-    r = detail::extend_lease(*att_, slot_, gen_, id_, ttl.count(), INT64_MAX, &exp, &why);
-    if (r == detail::extend_result::extended && renewal_) renewal_->ttl_ms = ttl.count();
-  }
-  if (r != detail::extend_result::extended)
-    throw ExtensionError("shmsem: cannot extend permit " + std::to_string(id_) + " of '" +
-                         att_->key + "': " + why);
-  ttl_ms_ = ttl.count();
-  expires_ns_ = exp;
-  if (renewal_) detail::reschedule_renewal(*renewal_, ttl.count());
+  owner_->extend(*this, ttl);
 }
-
-namespace {
-// The lease's own clock reading (CLOCK_MONOTONIC_COARSE, in ns) back from
-// the time_point the permit keeps it as.
-std::int64_t ns_of(Permit::clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-// Frees the permit's lease under the lock if still held. Returns true if it
-// was held; otherwise `why` says what happened to it.
-bool end_permit(attachment& a, std::uint32_t slot, std::uint64_t gen, std::uint64_t id,
-                detail::loss& why, int& used_after) {
-  detail::segment_lock lk(a, sys::kNever);
-  const std::int64_t now = detail::lease_clock();
-  const std::uint64_t held = detail::layout::slot_state(gen, detail::layout::kSlotHeld);
-  bool ended = false;
-  switch (a.lease_state(slot, gen, id, now, &why)) {
-    case attachment::lease_status::held:
-      ended = a.end_lease(slot, held, detail::layout::kLostReleased, now, lk.wakes);
-      break;
-    case attachment::lease_status::expired:
-      // Expired but not yet reclaimed: reclaim it now, as expired. Only
-      // this lease: (slot, gen) and the id are its own.
-      a.end_lease(slot, held, detail::layout::kLostExpired, now, lk.wakes);
-      break;
-    default:
-      break;
-  }
-  used_after = a.used();
-  detail::pin(a, -1);
-  // What a detacher's gate RMW meets, as a lock-free release's CAS does.
-  a.hdr->gate.fetch_add(0, std::memory_order_acq_rel);
-  return ended;
-}
-}  // namespace
 
 void Permit::release() {
-  if (!att_) return;
-  // The common case in a few lines: a lock-free lease, no renewal to stop,
-  // nobody to tell.
-  if (fast_ && !renewal_ && !observer_) {
-    attachment& a = *att_;
+  if (!owner_) return;
+  // The common case in a few lines: a lock-free shared-memory lease, no
+  // renewal to stop, nobody to tell. Only shared memory makes a fast_ lease.
+  if (fast_ && !renewal_ && !observer_) [[likely]] {
+    auto& a = static_cast<detail::attachment&>(*owner_);
     if (detail::thread_entry* entry = detail::local_entry(a)) {
       detail::release_scope scope(a, entry);
       std::uint64_t gate_before;
       // Without a renewal, expires_ns_ is the lease's expiry: no need to
       // read the slot's.
-      if (detail::fast_release(a, *entry, slot_, gen_, weight_, ns_of(acquired_at_), expires_ns_,
-                               gate_before) == detail::fast_release_result::released) {
-        att_ = nullptr;
+      if (detail::fast_release(a, *entry, slot_, gen_, weight_, detail::ns_of(acquired_at_),
+                               expires_ns_, gate_before) == detail::fast_release_result::released) {
+        owner_ = nullptr;
         return;
       }
     }
@@ -169,51 +99,11 @@ void Permit::release() {
 }
 
 void Permit::release_slowly() {
-  // A Redis lease is never fast_: it always comes here.
-  if (auto* l = remote()) return l->release(*this);
-  if (renewal_) renewal_->stop();
-  attachment* a = att_;
-  att_ = nullptr;
-  // Until it ends, the mapping stays, whatever another thread does with the
-  // last handle.
-  detail::thread_entry* entry = detail::local_entry(*a);
-  detail::release_scope scope(*a, entry);
-  detail::loss why;
-  int used_after = 0;
-  bool held;
-  std::uint64_t gate_before = 0;
-  // A renewal may have moved the expiry: the slot has it (kReadExpiry asks
-  // fast_release() to read it there).
-  const std::int64_t expires = renewal_ ? detail::kReadExpiry : expires_ns_;
-  if (fast_ && entry &&
-      detail::fast_release(*a, *entry, slot_, gen_, weight_, ns_of(acquired_at_), expires,
-                           gate_before) == detail::fast_release_result::released) {
-    held = true;
-    used_after = detail::layout::gate_used(gate_before) - weight_;
-  } else {
-    held = end_permit(*a, slot_, gen_, id_, why, used_after);
-  }
-  if (observer_) {
-    try {
-      if (held)
-        observer_->on_release(ReleaseEvent{a->key, a->capacity(), weight_, used_after, id_,
-                                           clock::now() - acquired_at_});
-      else if (!why.other_process)
-        observer_->on_lost(a->key, id_, why.describe());
-    } catch (const std::exception& e) {
-      detail::log().error("observer threw: {}", e.what());
-    }
-  }
-  observer_.reset();
-  if (!held)
-    throw PermitNotHeldError(
-        "shmsem: permit " + std::to_string(id_) + " of '" + a->key + "' was not held at release: " +
-            why.describe() + (why.other_process ? "" : "; for that period the bound was not held"),
-        why.other_process);
+  owner_->release(*this);
 }
 
 void Permit::release_quietly() noexcept {
-  if (!att_) return;
+  if (!owner_) return;
   try {
     release();
   } catch (const PermitNotHeldError& e) {

@@ -3,8 +3,8 @@
 // handle; one line of src/api/backends.cpp registers the keys of each
 // backend but shared memory, which serves every key that is no URL. The
 // public layer keeps one branch of its own for shared memory: the inline
-// lock-free fast path of acquire() and try_acquire(). A Permit of a backend
-// other than shared memory holds a `remote_lease`.
+// lock-free fast path of acquire() and try_acquire(), and Permit its
+// lock-free release; a Permit's other calls go to its `lease_owner`.
 //
 // What the public layer does, once for every backend: it checks arguments
 // (weights, durations, options) before they reach a backend; it tells the
@@ -34,6 +34,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shmsem::detail {
@@ -41,33 +42,35 @@ namespace shmsem::detail {
 struct attachment;
 struct handle;
 
-/// A Permit's lease on a backend other than shared memory. The Permit
-/// holds it by a tagged pointer (Permit::remote()) and owns it: release()
-/// ends the lease and frees it, through remote_access::take().
-class remote_lease {
+/// What a Permit's lease is, after the grant, to the backend that granted
+/// it. A Permit points at one (Permit::owner_): for shared memory, the
+/// segment's attachment, which the permits of that segment share; for
+/// another backend, an object of the lease's own, which the Permit owns
+/// until its release() frees it (lease_access::take()).
+class lease_owner {
  public:
-  virtual ~remote_lease() = default;
-  virtual std::string_view key() const noexcept = 0;
-  virtual bool is_held() const noexcept = 0;
-  virtual std::optional<Permit::clock::time_point> expires_at() const noexcept = 0;
-  virtual bool auto_renewing() const noexcept = 0;
-  virtual void stop_auto_renew() noexcept = 0;
+  virtual ~lease_owner() = default;
+  virtual std::string_view key_of(const Permit& p) const noexcept = 0;
+  virtual bool is_held(const Permit& p) const noexcept = 0;
+  virtual std::optional<Permit::clock::time_point> expires_at(const Permit& p) const noexcept = 0;
+  virtual bool auto_renewing(const Permit& p) const noexcept = 0;
+  virtual void stop_auto_renew(Permit& p) noexcept = 0;
+  /// `ttl` is checked (1 ms .. kMaxDuration).
   virtual void extend(Permit& p, std::chrono::milliseconds ttl) = 0;
-  /// Ends the lease of `p` (whose remote() is this) and leaves `p` empty.
+  /// Ends the lease of `p` and leaves `p` empty: every release that the
+  /// public layer's lock-free one does not take.
   virtual void release(Permit& p) = 0;
 };
 
 /// How a backend makes, reads and empties a Permit that holds its lease.
-struct remote_access {
-  /// A permit of `n` seats holding `l` (the permit owns it from here on),
-  /// with `token` as its id and fencing token, granted at `granted_ns`
-  /// (CLOCK_MONOTONIC) and expiring `ttl_ms` later (0: never).
-  static Permit make(remote_lease* l, std::uint64_t token, int n, std::int64_t ttl_ms,
+struct lease_access {
+  /// A permit of `n` seats held through `l`, with `token` as its id and
+  /// fencing token, granted at `granted_ns` (CLOCK_MONOTONIC) and expiring
+  /// `ttl_ms` later (0: never).
+  static Permit make(lease_owner* l, std::uint64_t token, int n, std::int64_t ttl_ms,
                      std::int64_t granted_ns) noexcept {
     Permit p;
-    // A tagged pointer: the low bit tells Permit that att_ is a remote lease.
-    p.att_ = reinterpret_cast<attachment*>(  // NOLINT(performance-no-int-to-ptr)
-        reinterpret_cast<std::uintptr_t>(l) | 1);
+    p.owner_ = l;
     p.id_ = token;
     p.fence_ = token;
     p.weight_ = n;
@@ -76,13 +79,9 @@ struct remote_access {
     p.acquired_at_ = Permit::clock::time_point(std::chrono::nanoseconds(granted_ns));
     return p;
   }
-  static remote_lease* get(const Permit& p) noexcept { return p.remote(); }
-  /// Empties `p` and returns its lease, now the caller's.
-  static remote_lease* take(Permit& p) noexcept {
-    remote_lease* l = p.remote();
-    p.att_ = nullptr;
-    return l;
-  }
+  static lease_owner* get(const Permit& p) noexcept { return p.owner_; }
+  /// Empties `p` and returns what held its lease.
+  static lease_owner* take(Permit& p) noexcept { return std::exchange(p.owner_, nullptr); }
   static void set_ttl(Permit& p, std::int64_t ttl_ms, std::int64_t expires_ns) noexcept {
     p.ttl_ms_ = ttl_ms;
     p.expires_ns_ = expires_ns;

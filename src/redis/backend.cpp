@@ -129,7 +129,7 @@ Permit make_permit(const handle& h, const state_ptr& s, std::uint64_t id, const 
   // the keeper, a thread switch that would cost about as much as the
   // acquire's own round trip.
   if (poke) keeper::get().watch(s);
-  return remote_access::make(l, l->id, n, ttl_ms, granted_ns);
+  return lease_access::make(l, l->id, n, ttl_ms, granted_ns);
 }
 
 // Runs the acquire script. If no reply comes, the request is voided (the
@@ -879,7 +879,7 @@ std::string not_held_message(const lease& l, const std::string& why) {
 }  // namespace
 
 void release(Permit& p) {
-  auto* l = static_cast<lease*>(remote_access::take(p));
+  auto* l = static_cast<lease*>(lease_access::take(p));
   if (l->fork_gen != fork_generation()) {
     // The parent's: its session, its seats. Leave them alone.
     const std::string msg = not_held_message(*l,
@@ -941,7 +941,7 @@ void release(Permit& p) {
     }
     notify(l->observer, [&](Observer& o) {
       o.on_release(
-          ReleaseEvent{s.where.display, cap, l->weight, used, l->id, remote_access::held_for(p)});
+          ReleaseEvent{s.where.display, cap, l->weight, used, l->id, lease_access::held_for(p)});
     });
     return;
   }
@@ -955,7 +955,7 @@ void release(Permit& p) {
 }
 
 void extend(Permit& p, std::chrono::milliseconds ttl) {
-  lease& l = *static_cast<lease*>(remote_access::get(p));
+  lease& l = *static_cast<lease*>(lease_access::get(p));
   const std::string prefix = "shmsem: cannot extend permit " + std::to_string(l.id) + " of '" +
                              l.sem->where.display + "': ";
   if (l.fork_gen != fork_generation())
@@ -991,7 +991,7 @@ void extend(Permit& p, std::chrono::milliseconds ttl) {
       l.expires_ns.store(exp);
       poke = l.auto_renew;
     }
-    remote_access::set_ttl(p, ttl.count(), exp);
+    lease_access::set_ttl(p, ttl.count(), exp);
     if (poke) keeper::get().poke();  // a shorter TTL renews sooner
     return;
   }
@@ -1139,19 +1139,19 @@ void server_backend::shutdown(handle& h) {
   redis::shutdown(h);
 }
 
-std::string_view lease::key() const noexcept {
+std::string_view lease::key_of(const Permit&) const noexcept {
   return redis::key(*this);
 }
-bool lease::is_held() const noexcept {
+bool lease::is_held(const Permit&) const noexcept {
   return redis::is_held(*this);
 }
-std::optional<Permit::clock::time_point> lease::expires_at() const noexcept {
+std::optional<Permit::clock::time_point> lease::expires_at(const Permit&) const noexcept {
   return redis::expires_at(*this);
 }
-bool lease::auto_renewing() const noexcept {
+bool lease::auto_renewing(const Permit&) const noexcept {
   return redis::auto_renewing(*this);
 }
-void lease::stop_auto_renew() noexcept {
+void lease::stop_auto_renew(Permit&) noexcept {
   redis::stop_auto_renew(*this);
 }
 void lease::extend(Permit& p, std::chrono::milliseconds ttl) {

@@ -2,8 +2,8 @@
 //
 // A Semaphore whose key is a redis:// or redis+unix:// URL has a
 // `server_backend` (below) as its handle's backend, and a Permit of it a
-// tagged `lease` (redis/session.hpp) instead of an attachment: both the
-// implementations of base/backend.hpp's interface. `kind` registers the
+// `lease` (redis/session.hpp) as its lease_owner: the implementations of
+// base/backend.hpp's interface. `kind` registers the
 // keys it serves (src/api/backends.cpp). Nothing here is on the
 // shared-memory fast path.
 #pragma once

@@ -51,12 +51,12 @@ constexpr std::int64_t ms_ns(std::int64_t ms) {
 constexpr std::int64_t kPollWithoutChannelsNs = 100'000'000;
 
 /// The Redis side of one Permit.
-struct lease final : remote_lease {
-  std::string_view key() const noexcept override;
-  bool is_held() const noexcept override;
-  std::optional<Permit::clock::time_point> expires_at() const noexcept override;
-  bool auto_renewing() const noexcept override;
-  void stop_auto_renew() noexcept override;
+struct lease final : lease_owner {
+  std::string_view key_of(const Permit& p) const noexcept override;
+  bool is_held(const Permit& p) const noexcept override;
+  std::optional<Permit::clock::time_point> expires_at(const Permit& p) const noexcept override;
+  bool auto_renewing(const Permit& p) const noexcept override;
+  void stop_auto_renew(Permit& p) noexcept override;
   void extend(Permit& p, std::chrono::milliseconds ttl) override;
   void release(Permit& p) override;
 

@@ -19,7 +19,10 @@
 // for why a death at any instruction leaves a repairable state.
 #pragma once
 
+#include <shmsem/permit.hpp>
+
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "shm/layout.hpp"
@@ -139,6 +142,12 @@ inline thread_entry* local_entry(const attachment& a) noexcept {
 
 /// `expires_ns` value for fast_release(): read the expiry from the slot.
 inline constexpr std::int64_t kReadExpiry = -1;
+
+/// The lease's own clock reading (CLOCK_MONOTONIC_COARSE, in ns) back from
+/// the time_point a Permit keeps it as.
+inline std::int64_t ns_of(Permit::clock::time_point t) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 /// The rare rest of a lock-free release (the slot still says releasing):
 /// hands the seats to queued waiters (or leaves that to the lock's holder),

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/backend.hpp"
 #include "shm/layout.hpp"
 #include "shm/tokens.hpp"
 #include "sys/clock.hpp"
@@ -194,7 +195,7 @@ struct removed_segment {
   void remove_token_files_if_unused() noexcept;
 };
 
-struct attachment {
+struct attachment final : lease_owner {
   std::string key;
   std::string name;  // in /dev/shm
   std::string path;  // /dev/shm/<name>
@@ -526,6 +527,16 @@ struct attachment {
   std::atomic<bool> grant_failing{false};   // grant_queued() could not grant for lack of space
   std::atomic<bool> told_lock_busy{false};  // try_acquire() found the lock busy (logged once)
   std::atomic<bool> repair_failing{false};  // the last repair by this process failed
+
+  // --- the Permit side of its leases (permits.cpp; the lock-free release
+  // is api/permit.cpp's). `p` holds a lease of this segment.
+  std::string_view key_of(const Permit& p) const noexcept override;
+  bool is_held(const Permit& p) const noexcept override;
+  std::optional<Permit::clock::time_point> expires_at(const Permit& p) const noexcept override;
+  bool auto_renewing(const Permit& p) const noexcept override;
+  void stop_auto_renew(Permit& p) noexcept override;
+  void extend(Permit& p, std::chrono::milliseconds ttl) override;
+  void release(Permit& p) override;
 
  private:
   friend class segment_lock;
