@@ -705,6 +705,15 @@ int shmsem_is_barging(const shmsem_sem* s) {
   return s->sem->fairness() == shmsem::Fairness::barging ? 1 : 0;
 }
 
+int shmsem_capabilities(const shmsem_sem* s) {
+  if (!live(s)) return bad_handle("shmsem_capabilities", "s", s);
+  const shmsem::Capabilities c = s->sem->capabilities();
+  return (c.reads_without_io ? SHMSEM_CAP_READS_WITHOUT_IO : 0) |
+         (c.barging ? SHMSEM_CAP_BARGING : 0) | (c.fencing ? SHMSEM_CAP_FENCING : 0) |
+         (c.process_liveness ? SHMSEM_CAP_PROCESS_LIVENESS : 0) |
+         (c.segment_file ? SHMSEM_CAP_SEGMENT_FILE : 0);
+}
+
 int shmsem_get_stats(const shmsem_sem* s, shmsem_stats* out) {
   if (!live(s)) return bad_handle("shmsem_get_stats", "s", s);
   if (!out) return null_argument("shmsem_get_stats", "out");

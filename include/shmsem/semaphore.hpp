@@ -240,6 +240,14 @@ class SHMSEM_API Semaphore {
   /// std::invalid_argument, naming the scheme, for a URL that this build
   /// has no backend for.
   static Capabilities capabilities_of(std::string_view key);
+  /// True if `text` is the URL of a server rather than of one semaphore on
+  /// it (what list(server) takes): "redis://host:6379" but not
+  /// "redis://host:6379/jobs". False for anything else, malformed URLs
+  /// included. Never throws.
+  static bool names_server(std::string_view text) noexcept;
+  /// `key` as messages and logs show it: a URL without its login (user
+  /// and password, shown as "..."); any other key as it is.
+  static std::string shown_key(std::string_view key);
 
   /// The current leases, read without a lock. Their state tells dead and
   /// expired holders (not yet reaped) from live ones.

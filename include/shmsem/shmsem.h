@@ -307,6 +307,16 @@ SHMSEM_API int64_t shmsem_waiters(const shmsem_sem* s);
  * for. A Redis key is always fifo. SHMSEM_EINVAL for NULL. */
 SHMSEM_API int shmsem_is_barging(const shmsem_sem* s);
 
+/* What the semaphore's backend can do (Semaphore::capabilities() in
+ * <shmsem/semaphore.hpp>), as SHMSEM_CAP_* bits, so that a binding need not
+ * tell backends apart by their keys. SHMSEM_EINVAL for NULL. */
+#define SHMSEM_CAP_READS_WITHOUT_IO 1 /* figures, a try and is_held from memory */
+#define SHMSEM_CAP_BARGING 2          /* SHMSEM_OPEN_BARGING can be chosen */
+#define SHMSEM_CAP_FENCING 4          /* permits carry fencing tokens */
+#define SHMSEM_CAP_PROCESS_LIVENESS 8 /* a holder is a process, its death seen at once */
+#define SHMSEM_CAP_SEGMENT_FILE 16    /* the semaphore is a file under /dev/shm */
+SHMSEM_API int shmsem_capabilities(const shmsem_sem* s);
+
 /* Counters kept in the segment since it was created (leases, not seats,
  * except reclaimed_seats). */
 typedef struct {

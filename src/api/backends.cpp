@@ -11,6 +11,9 @@
 #ifdef SHMSEM_WITH_REDIS
 #include "redis/backend.hpp"
 #endif
+#ifdef SHMSEM_WITH_FAKE
+#include "fake/backend.hpp"
+#endif
 
 namespace shmsem::detail {
 
@@ -19,6 +22,9 @@ namespace {
 const backend_kind* const kKinds[] = {
 #ifdef SHMSEM_WITH_REDIS
     &redis::kind,
+#endif
+#ifdef SHMSEM_WITH_FAKE
+    &fake::kind,  // the test build's (fake/backend.hpp)
 #endif
     &segment_kind,  // every key that is no URL
 };

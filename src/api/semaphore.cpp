@@ -395,6 +395,17 @@ Capabilities Semaphore::capabilities_of(std::string_view key) {
   if (kind.check) kind.check(key);
   return kind.capabilities;
 }
+bool Semaphore::names_server(std::string_view text) noexcept {
+  try {
+    const auto& kind = detail::backend_of(text);
+    return kind.names_server && kind.names_server(text);
+  } catch (...) {
+    return false;  // a URL of no backend's (or out of memory)
+  }
+}
+std::string Semaphore::shown_key(std::string_view key) {
+  return detail::url_scheme(key) ? detail::shown_url(key) : std::string(key);
+}
 bool Semaphore::full() const noexcept {
   const auto f = h_->b->read_figures(*h_);
   return f.used >= f.capacity;

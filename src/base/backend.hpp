@@ -86,6 +86,8 @@ struct lease_access {
     p.ttl_ms_ = ttl_ms;
     p.expires_ns_ = expires_ns;
   }
+  /// The expiry `p` was granted or last extended with (0: none).
+  static std::int64_t expires_ns(const Permit& p) noexcept { return p.expires_ns_; }
   static std::chrono::nanoseconds held_for(const Permit& p) noexcept {
     return Permit::clock::now() - p.acquired_at_;
   }
@@ -200,6 +202,9 @@ struct backend_kind {
   /// Semaphore::list(server): the keys of the semaphores at that address;
   /// null for a kind with no servers.
   std::vector<std::string> (*list)(std::string_view server);
+  /// True for the URL of a server of this kind rather than of a semaphore
+  /// (Semaphore::names_server); null for a kind with no servers.
+  bool (*names_server)(std::string_view text) noexcept;
   /// shutdown_all(): stops what outlives this kind's handles (the
   /// renewals of permits whose Semaphore is gone); null if nothing does.
   void (*shutdown_all)();

@@ -38,9 +38,18 @@ std::string shown_url(std::string_view url) {
   std::string shown(url);
   const std::size_t start = shown.find("://");
   if (start == std::string::npos) return shown;
-  const std::size_t at = shown.find('@', start + 3);
-  if (at != std::string::npos && at < shown.find('/', start + 3))
-    shown.replace(start + 3, at - start - 3, "...");
+  const std::string_view scheme = url.substr(0, start);
+  const std::string_view rest = url.substr(start + 3);
+  // The login ends at the authority's last '@' (a password may hold '@'),
+  // or, where the authority is empty and a socket's absolute path follows
+  // (redis+unix://login@/PATH), at the '@' before that path (a password
+  // may hold '/').
+  std::size_t at = std::string_view::npos;
+  if (scheme.ends_with("+unix"))
+    at = rest.empty() || rest[0] == '/' ? std::string_view::npos : rest.find("@/");
+  else
+    at = rest.substr(0, rest.find_first_of("/?")).rfind('@');
+  if (at != std::string_view::npos) shown.replace(start + 3, at, "...");
   return shown;
 }
 

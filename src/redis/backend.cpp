@@ -1084,6 +1084,14 @@ bool claims(std::string_view key) noexcept {
   }
 }
 
+bool names_server(std::string_view text) noexcept {
+  try {
+    return parse(text, false).key.empty();
+  } catch (...) {
+    return false;
+  }
+}
+
 std::unique_ptr<backend> open_backend(std::string_view key, int permits, const Options& options) {
   return open(key, permits, options);
 }
@@ -1098,6 +1106,7 @@ const backend_kind kind{.name = "Redis",
                         .open = &open_backend,
                         .remove = &remove,
                         .list = &list,
+                        .names_server = &names_server,
                         .shutdown_all = nullptr};
 
 Capabilities server_backend::capabilities() const noexcept {

@@ -410,6 +410,7 @@ const backend_kind segment_kind{.name = "shared memory",
                                 .open = &open,
                                 .remove = &remove,
                                 .list = nullptr,
+                                .names_server = nullptr,
                                 .shutdown_all = &stop_all_renewals};
 
 }  // namespace shmsem::detail

@@ -92,8 +92,8 @@ void attachment::extend(Permit& p, std::chrono::milliseconds ttl) {
     if (r == extend_result::extended && p.renewal_) p.renewal_->ttl_ms = ttl.count();
   }
   if (r != extend_result::extended)
-    throw ExtensionError("shmsem: cannot extend permit " + std::to_string(p.id_) + " of '" +
-                         key + "': " + why);
+    throw ExtensionError("shmsem: cannot extend permit " + std::to_string(p.id_) + " of '" + key +
+                         "': " + why);
   p.ttl_ms_ = ttl.count();
   p.expires_ns_ = exp;
   if (p.renewal_) reschedule_renewal(*p.renewal_, ttl.count());
@@ -134,10 +134,10 @@ void attachment::release(Permit& p) {
   }
   p.observer_.reset();
   if (!held)
-    throw PermitNotHeldError("shmsem: permit " + std::to_string(p.id_) + " of '" + key +
-                                 "' was not held at release: " + why.describe() +
-                                 (why.other_process ? "" : "; for that period the bound was not held"),
-                             why.other_process);
+    throw PermitNotHeldError(
+        "shmsem: permit " + std::to_string(p.id_) + " of '" + key + "' was not held at release: " +
+            why.describe() + (why.other_process ? "" : "; for that period the bound was not held"),
+        why.other_process);
 }
 
 }  // namespace shmsem::detail

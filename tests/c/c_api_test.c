@@ -366,6 +366,10 @@ static void open_options_default_ttl_and_nocreate(void) {
   shmsem_close(t);
   CHECK_RC(shmsem_is_barging(s), 0);
   CHECK_RC(shmsem_is_barging(NULL), SHMSEM_EINVAL);
+  /* Shared memory can do everything but fencing, which `s` was not opened with. */
+  CHECK_RC(shmsem_capabilities(s), SHMSEM_CAP_READS_WITHOUT_IO | SHMSEM_CAP_BARGING |
+                                       SHMSEM_CAP_PROCESS_LIVENESS | SHMSEM_CAP_SEGMENT_FILE);
+  CHECK_RC(shmsem_capabilities(NULL), SHMSEM_EINVAL);
   oo.flags = SHMSEM_OPEN_BARGING;
   shmsem_remove(key("barging"));
   CHECK_RC(shmsem_open_ex("redis://127.0.0.1:1/barging", 1, &oo, &t), SHMSEM_EINVAL);

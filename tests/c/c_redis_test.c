@@ -108,6 +108,7 @@ static void a_url_key_works_like_a_shared_memory_key(void) {
   CHECK_RC(shmsem_open_ex(k, 2, &oo, &s), SHMSEM_OK);
   CHECK(strcmp(shmsem_key(s), k) == 0);
   CHECK_RC(shmsem_capacity(s), 2);
+  CHECK_RC(shmsem_capabilities(s), SHMSEM_CAP_FENCING); /* a server: reads do I/O */
 
   shmsem_permit* p1 = NULL;
   shmsem_permit* p2 = NULL;

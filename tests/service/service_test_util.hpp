@@ -76,12 +76,18 @@ class unopenable_key {
       occupy_in_redis(key_, true);  // a key of another type
       return;
     }
+    if (on_fake()) {
+      block_in_fake(key_, true);
+      return;
+    }
     path_ = Semaphore::segment_path(key_);
     if (::mkdir(path_.c_str(), 0700) != 0) throw std::runtime_error("mkdir " + path_);
   }
   ~unopenable_key() {
     if (on_redis())
       occupy_in_redis(key_, false);
+    else if (on_fake())
+      block_in_fake(key_, false);
     else
       ::rmdir(path_.c_str());
   }

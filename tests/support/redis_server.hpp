@@ -84,11 +84,8 @@ class redis_cluster {
 /// A free TCP port on 127.0.0.1 (and, if `bus_too`, port + 10000 as well).
 int free_port(bool bus_too = false);
 
-/// Which backend the semantics suite runs on: "shm", "redis" or
-/// "redis-cluster" ($SHMSEM_TEST_BACKEND).
-std::string_view test_backend();
-/// The URL prefix of keys on the suite's server (started on first use), or
-/// empty on shared memory.
+/// `key` as a URL of the suite's backend: on the suite's server (started
+/// on first use), or fake://KEY; empty on shared memory.
 std::string backend_url(std::string_view key);
 
 }  // namespace shmsem::test

@@ -1,6 +1,7 @@
 #include "test_support.hpp"
 
 #ifdef SHMSEM_WITH_REDIS
+#include "fake/backend.hpp"
 #include "redis/connection.hpp"
 #include "redis/url.hpp"
 #endif
@@ -47,7 +48,7 @@ unique_key::unique_key(std::string_view tag) {
          current_test_name();
   if (!tag.empty()) key_ += "." + std::string(tag);
   if (key_.size() > 200) key_.resize(200);
-  if (on_redis()) key_ = backend_url(key_);
+  if (test_backend() != "shm") key_ = backend_url(key_);
   Semaphore::remove(key_);
 }
 
@@ -293,12 +294,14 @@ bool asleep_in_futex(pid_t tid, pid_t pid) {
   std::string line, nr, addr, op;
   if (!std::getline(stat, line) || !(syscall >> nr >> addr >> op)) return false;
   const auto close = line.rfind(')');
-  const unsigned long own_wait =
-      on_redis() ? FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG : FUTEX_WAIT_BITSET;
+  // Shared memory sleeps on shared futexes; Redis's and the fake's waiters
+  // on a process-private condition variable.
+  const bool shm = test_backend() == "shm";
+  const unsigned long own_wait = shm ? FUTEX_WAIT_BITSET : FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
   if (close == std::string::npos || line.compare(close, 3, ") S") != 0) return false;
   // A queued waiter that watches other processes' lifelines sleeps on them
   // and its own word at once.
-  if (!on_redis() && nr == std::to_string(SYS_futex_waitv)) return true;
+  if (shm && nr == std::to_string(SYS_futex_waitv)) return true;
   return nr == std::to_string(SYS_futex) && std::stoul(op, nullptr, 16) == own_wait;
 }
 
@@ -328,7 +331,15 @@ std::string_view test_backend() {
 }
 
 bool on_redis() {
-  return test_backend() != "shm";
+  return test_backend().starts_with("redis");
+}
+
+bool on_fake() {
+  return test_backend() == "fake";
+}
+
+void block_in_fake(std::string_view key, bool block) {
+  detail::fake::block(key, block);
 }
 
 void occupy_in_redis(std::string_view url, bool occupy) {
@@ -356,6 +367,7 @@ std::string backend_url(std::string_view key) {
     static redis_cluster cluster;
     return cluster.url(key);
   }
+  if (test_backend() == "fake") return "fake://" + std::string(key);
   return {};
 }
 

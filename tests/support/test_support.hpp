@@ -137,19 +137,34 @@ bool asleep_in_futex(pid_t tid, pid_t pid = 0);
 /// (docs/testing.md, on fork).
 bool other_threads_parked();
 
+/// The backend the suite runs on: $SHMSEM_TEST_BACKEND ("redis",
+/// "redis-cluster", "fake"), or "shm".
+std::string_view test_backend();
 /// True when the suite runs on a Redis backend ($SHMSEM_TEST_BACKEND).
 bool on_redis();
+/// True when the suite runs on the test build's in-process fake backend
+/// (fake/backend.hpp): one process's memory, shared by no other process.
+bool on_fake();
 
 /// Puts a string where the Redis semaphore `url` would keep its main hash
 /// (`occupy`), so that opening it fails as with a key of another type; or
 /// deletes it again.
 void occupy_in_redis(std::string_view url, bool occupy);
+/// The same for a key of the fake backend: opening it fails while blocked.
+void block_in_fake(std::string_view key, bool block);
 
 /// Skips a test that checks how the shared-memory backend is built rather
 /// than what a semaphore does.
-#define SHMSEM_SHM_ONLY()                                                         \
-  do {                                                                            \
-    if (::shmsem::test::on_redis()) GTEST_SKIP() << "shared-memory backend only"; \
+#define SHMSEM_SHM_ONLY()                                                                      \
+  do {                                                                                         \
+    if (::shmsem::test::test_backend() != "shm") GTEST_SKIP() << "shared-memory backend only"; \
+  } while (0)
+
+/// Skips a test on the fake backend, whose semaphores live in one process:
+/// a test of what other processes (forked children, tools) see of them.
+#define SHMSEM_NOT_ON_FAKE()                                                                  \
+  do {                                                                                        \
+    if (::shmsem::test::on_fake()) GTEST_SKIP() << "needs a semaphore other processes share"; \
   } while (0)
 
 }  // namespace shmsem::test

@@ -81,6 +81,7 @@ struct fence_witness {
 };
 
 TEST(Fencing, TokensStrictlyIncreaseAcrossProcesses) {
+  SHMSEM_NOT_ON_FAKE();
   unique_key k;
   { auto s = Semaphore::open(k, 1, {.fencing = true}); }
   void* mem = ::mmap(nullptr, sizeof(fence_witness), PROT_READ | PROT_WRITE,

@@ -68,5 +68,30 @@ TEST(Keys, RemoveReportsWhetherItExisted) {
   EXPECT_FALSE(Semaphore::remove(k));
 }
 
+// What the tools print and what they pass to list(): the library says, so
+// that no tool parses a URL itself.
+TEST(Key, AShownKeyHasNoLoginAndAServerUrlIsToldFromASemaphores) {
+  EXPECT_EQ(Semaphore::shown_key("jobs.encode"), "jobs.encode");
+  EXPECT_EQ(Semaphore::shown_key("redis://h:6379/k"), "redis://h:6379/k");
+  EXPECT_EQ(Semaphore::shown_key("redis://u:p@ss@h/k"), "redis://...@h/k");
+  EXPECT_EQ(Semaphore::shown_key("redis+unix://:p/w@/run/r.sock?key=k"),
+            "redis+unix://...@/run/r.sock?key=k");
+  EXPECT_EQ(Semaphore::shown_key("redis+unix:///run/r.sock?key=k"),
+            "redis+unix:///run/r.sock?key=k");
+  EXPECT_FALSE(Semaphore::names_server("jobs.encode"));
+  EXPECT_FALSE(Semaphore::names_server("nope://h/k"));
+  try {
+    Semaphore::capabilities_of("redis://h/k");
+  } catch (const std::invalid_argument&) {
+    GTEST_SKIP() << "a build without the Redis backend (the rest is about its URLs)";
+  }
+  EXPECT_TRUE(Semaphore::names_server("redis://h:6379"));
+  EXPECT_TRUE(Semaphore::names_server("redis://u:pw@h:6379/"));
+  EXPECT_TRUE(Semaphore::names_server("redis+unix:///run/r.sock"));
+  EXPECT_FALSE(Semaphore::names_server("redis://h:6379/jobs"));
+  EXPECT_FALSE(Semaphore::names_server("redis+unix:///run/r.sock?key=jobs"));
+  EXPECT_FALSE(Semaphore::names_server("redis://h:notaport"));
+}
+
 }  // namespace
 }  // namespace shmsem

@@ -123,24 +123,9 @@ void escape(std::string& out, const char* format, unsigned value) {
 }  // namespace
 
 std::string printable(std::string_view text) {
-  // A Redis URL is shown without its password: "redis://user:pw@h/k" as
-  // "redis://user@h/k". The login ends at the authority's last '@' (TCP) or
-  // before the socket's absolute path (unix).
-  std::string redacted;
-  for (std::string_view scheme : {"redis://", "redis+unix://"}) {
-    if (text.substr(0, scheme.size()) != scheme) continue;
-    const std::string_view rest = text.substr(scheme.size());
-    const auto at = scheme == "redis://" ? rest.substr(0, rest.find_first_of("/?")).rfind('@')
-                                         : (rest.empty() || rest[0] == '/' ? std::string_view::npos
-                                                                           : rest.find("@/"));
-    if (at == std::string_view::npos) continue;
-    const auto colon = rest.substr(0, at).find(':');
-    if (colon == std::string_view::npos) continue;
-    const std::string_view user = rest.substr(0, colon);
-    redacted = std::string(scheme) + std::string(user) + (user.empty() ? "" : "@") +
-               std::string(rest.substr(at + 1));
-    text = redacted;
-  }
+  // A URL is shown without its login, as the library's messages show it.
+  const std::string redacted = shmsem::Semaphore::shown_key(text);
+  text = redacted;
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {

@@ -66,19 +66,7 @@ void error_message(const std::string& message) {
 }
 
 bool is_server_url(std::string_view text) {
-  for (std::string_view scheme : {"redis://", "redis+unix://"}) {
-    if (text.substr(0, scheme.size()) != scheme) continue;
-    const std::string_view rest = text.substr(scheme.size());
-    const auto query = rest.find('?');
-    if (scheme == "redis+unix://")
-      return query == std::string_view::npos ||
-             rest.substr(query).find("key=") == std::string_view::npos;
-    // redis://[login@]host[:port][/KEY][?db=N]: no KEY after the first '/'.
-    const std::string_view before_query = rest.substr(0, query);
-    const auto slash = before_query.find('/');
-    return slash == std::string_view::npos || slash + 1 == before_query.size();
-  }
-  return false;
+  return shmsem::Semaphore::names_server(text);
 }
 
 int report_error(const std::exception& e) {

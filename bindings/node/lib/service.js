@@ -11,8 +11,6 @@ const OPEN_NOCREATE = 1;
 const OPEN_FENCING = 2;
 const OPEN_BARGING = 4;
 
-const isRedisKey = (key) => key.startsWith('redis://') || key.startsWith('redis+unix://');
-
 // What the addon wrote about the last grant it handed over, read at once:
 // a Uint32Array (permit id low and high 32 bits, fencing token low and
 // high) and the wall clock at the grant, in Date.now() milliseconds to the
@@ -224,12 +222,13 @@ class SemaphoreService {
 
   #keep(key, h) {
     this.#handles.set(key, h);
-    this.#grantable.set(key, isRedisKey(key) ? null : h.handle());
+    // A backend that asks a server for a try is asked off this thread.
+    this.#grantable.set(key, h.readsWithoutIo() ? h.handle() : null);
   }
 
   // One attempt on `key` (opened at first use) by the addon's plain
-  // function: a permit's handle or null; undefined on Redis, where a try
-  // is a round trip on this thread.
+  // function: a permit's handle or null; undefined where a try is a round
+  // trip to a server (Redis), which this thread must not wait for.
   #try(key, permits, o) {
     let semaphore = this.#grantable.get(key);
     if (semaphore === undefined) {

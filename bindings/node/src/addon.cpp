@@ -475,6 +475,7 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
                            InstanceMethod<&Semaphore::available>("available"),
                            InstanceMethod<&Semaphore::waiters>("waiters"),
                            InstanceMethod<&Semaphore::is_barging>("isBarging"),
+                           InstanceMethod<&Semaphore::reads_without_io>("readsWithoutIo"),
                            InstanceMethod<&Semaphore::force_release_all>("forceReleaseAll"),
                            InstanceMethod<&Semaphore::shutdown>("shutdown"),
                        });
@@ -613,6 +614,16 @@ class Semaphore : public Napi::ObjectWrap<Semaphore> {
       throw_last(info.Env(), rc);
     }
     return Napi::Boolean::New(info.Env(), rc == 1);
+  }
+
+  // Whether the figures, a try and isHeld answer from memory: the backend
+  // says (shmsem_capabilities), not the key's scheme.
+  Napi::Value reads_without_io(const Napi::CallbackInfo& info) {
+    int rc = shmsem_capabilities(live(info.Env()));
+    if (rc < 0) {
+      throw_last(info.Env(), rc);
+    }
+    return Napi::Boolean::New(info.Env(), (rc & SHMSEM_CAP_READS_WITHOUT_IO) != 0);
   }
 
   Napi::Value force_release_all(const Napi::CallbackInfo& info) {
