@@ -22,7 +22,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 4) {
-    std::fprintf(stderr, "usage: %s {acquire|ttl|try} PAIRS [KEY]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s {acquire|ttl|try|locked} PAIRS [KEY]\n", argv[0]);
     return 2;
   }
   const std::string_view mode = argv[1];
@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   const std::string key = argc == 4 ? argv[3] : "bench.pair_count." + std::to_string(::getpid());
   int rc = 0;
   {
-    auto sem = shmsem::Semaphore::open(key, 8);
+    // locked: a segment with fencing tokens, whose grants take the lock.
+    auto sem = shmsem::Semaphore::open(key, 8, {.fencing = mode == "locked"});
     shmsem::AcquireOptions opts;
     if (mode == "ttl") opts.ttl = std::chrono::minutes(1);
     // Warm up: the first acquires take the locked path and fill this
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     CALLGRIND_TOGGLE_COLLECT;
     if (mode == "try") {
       for (long i = 0; i < pairs; ++i) sem.try_acquire(1, opts)->release();
-    } else if (mode == "acquire" || mode == "ttl") {
+    } else if (mode == "acquire" || mode == "ttl" || mode == "locked") {
       for (long i = 0; i < pairs; ++i) sem.acquire(1, opts).release();
     } else {
       rc = 2;

@@ -120,23 +120,20 @@ AcquisitionError acquisition_error(const handle& h, int n, attempt& t, Reason r)
   return AcquisitionError(r, msg, std::move(t.cause));
 }
 
+// Tells the observer (there is one) how an acquisition ended.
+void tell(const handle& h, const AcquireEvent& e) {
+  detail::notify(h.opts.observer, [&](Observer& o) {
+    if (e.waited) o.on_wait_end(e);
+    o.on_acquire(e);
+  });
+}
+
 // Tells the observer how an attempt of `n` seats ended.
 void tell(const handle& h, int n, const attempt& t) {
   if (!h.opts.observer) [[likely]]
     return;
-  const AcquireEvent e{h.b->key(),
-                       t.capacity,
-                       n,
-                       t.used,
-                       t.permit ? t.permit->id() : 0,
-                       t.wakeups,
-                       std::chrono::nanoseconds(t.waited_ns),
-                       t.outcome,
-                       t.waited};
-  detail::notify(h.opts.observer, [&](Observer& o) {
-    if (t.waited) o.on_wait_end(e);
-    o.on_acquire(e);
-  });
+  tell(h, AcquireEvent{h.b->key(), t.capacity, n, t.used, t.permit ? t.permit->id() : 0, t.wakeups,
+                       std::chrono::nanoseconds(t.waited_ns), t.outcome, t.waited});
 }
 
 // The end of acquire(): the permit, or the caller's AcquisitionError.
@@ -296,12 +293,14 @@ bool shut_down(const handle& h) {
 // observer to tell.
 [[gnu::noinline]] Permit observed_fast(handle& h, const acquisition& q,
                                        const detail::fast_grant& g) {
-  attempt t;
-  t.permit =
+  Permit p =
       detail::permit_access::make(h, g.slot, g.gen, g.id, q.n, q.ttl_ms, q.renew, g.now_ns, true);
-  t.capacity = h.att->capacity();
-  t.used = h.att->used();
-  return acquired(h, q.n, std::move(t));
+  if (h.opts.observer) {
+    const attachment& a = *h.att;
+    tell(h,
+         AcquireEvent{a.key, a.capacity(), q.n, a.used(), g.id, 0, {}, Outcome::acquired, false});
+  }
+  return p;
 }
 
 // The permit of a lock-free try, made in the optional that is returned.
@@ -368,18 +367,44 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
 // ---------------------------------------------------------------------------
 // Introspection
 
+namespace {
+// Reads a figure: shared memory's inline from its segment, as its fast path
+// reads the gate (the one branch, for reads), any other backend's through
+// the interface.
+template <class FromSegment, class FromBackend>
+auto figure(const handle& h, FromSegment from_segment, FromBackend from_backend) noexcept {
+  if (const attachment* a = h.att) [[likely]]
+    return from_segment(*a);
+  return from_backend(h.b->read_figures(h));
+}
+}  // namespace
+
 int Semaphore::capacity() const noexcept {
-  return h_->b->read_figures(*h_).capacity;
+  return figure(
+      *h_, [](const attachment& a) { return a.capacity(); },
+      [](const detail::figures& f) { return f.capacity; });
 }
 int Semaphore::used() const noexcept {
-  return h_->b->read_figures(*h_).used;
+  return figure(
+      *h_, [](const attachment& a) { return a.used(); },
+      [](const detail::figures& f) { return f.used; });
 }
 int Semaphore::available() const noexcept {
-  const auto f = h_->b->read_figures(*h_);
-  return std::max(0, f.capacity - f.used);
+  return figure(
+      *h_,
+      [](const attachment& a) {
+        const std::uint64_t g = a.gate();
+        return std::max(0, detail::layout::gate_capacity(g) - detail::layout::gate_used(g));
+      },
+      [](const detail::figures& f) { return std::max(0, f.capacity - f.used); });
 }
 int Semaphore::waiters() const noexcept {
-  return h_->b->read_figures(*h_).waiters;
+  return figure(
+      *h_,
+      [](const attachment& a) {
+        return static_cast<int>(a.hdr->waiters.load(std::memory_order_relaxed));
+      },
+      [](const detail::figures& f) { return f.waiters; });
 }
 bool Semaphore::empty() const noexcept {
   return used() == 0;
@@ -407,15 +432,30 @@ std::string Semaphore::shown_key(std::string_view key) {
   return detail::url_scheme(key) ? detail::shown_url(key) : std::string(key);
 }
 bool Semaphore::full() const noexcept {
-  const auto f = h_->b->read_figures(*h_);
-  return f.used >= f.capacity;
+  return figure(
+      *h_,
+      [](const attachment& a) {
+        const std::uint64_t g = a.gate();
+        return detail::layout::gate_used(g) >= detail::layout::gate_capacity(g);
+      },
+      [](const detail::figures& f) { return f.used >= f.capacity; });
 }
 double Semaphore::utilization() const noexcept {
-  const auto f = h_->b->read_figures(*h_);
-  return static_cast<double>(f.used) / std::max(1, f.capacity);
+  return figure(
+      *h_,
+      [](const attachment& a) {
+        const std::uint64_t g = a.gate();
+        return static_cast<double>(detail::layout::gate_used(g)) /
+               std::max(1, detail::layout::gate_capacity(g));
+      },
+      [](const detail::figures& f) {
+        return static_cast<double>(f.used) / std::max(1, f.capacity);
+      });
 }
 double Semaphore::utilization_smoothed() const noexcept {
-  return h_->b->read_figures(*h_).smoothed;
+  return figure(
+      *h_, [](const attachment& a) { return a.ewma_sample(detail::lease_clock()); },
+      [](const detail::figures& f) { return f.smoothed; });
 }
 
 Stats Semaphore::stats() const {

@@ -89,7 +89,7 @@ struct semaphore {
   std::deque<waiter*> queue;
   Stats stats;
   bool removed = false;  // by Semaphore::remove(): its waiters' waits end
-  double smoothed = 0;  // utilization's EWMA (kEwmaHalfLife), as of smoothed_ns
+  double smoothed = 0;   // utilization's EWMA (kEwmaHalfLife), as of smoothed_ns
   std::int64_t smoothed_ns = now_ns();
 
   // [mu] Brings the EWMA up to `now`, the utilization having been what it
@@ -132,8 +132,8 @@ struct semaphore {
   std::uint64_t grant(int n, const acquisition& q, std::uint64_t handle_id) {
     const std::uint64_t id = next_token.fetch_add(1, std::memory_order_relaxed);
     const std::int64_t now = now_ns();
-    leases[id] = {n, now, q.ttl_ms, q.ttl_ms > 0 ? now + q.ttl_ms * 1'000'000 : 0, q.renew, now,
-                  handle_id};
+    leases[id] = {n,       now, q.ttl_ms, q.ttl_ms > 0 ? now + q.ttl_ms * 1'000'000 : 0,
+                  q.renew, now, handle_id};
     sample(now);
     used += n;
     ++stats.acquired;
@@ -252,8 +252,7 @@ struct lease final : lease_owner {
     }
     if (weight > 0) {
       notify(observer, [&](Observer& o) {
-        o.on_release(
-            ReleaseEvent{sem->key, cap, weight, used, id, lease_access::held_for(p)});
+        o.on_release(ReleaseEvent{sem->key, cap, weight, used, id, lease_access::held_for(p)});
       });
       return;
     }
@@ -283,7 +282,8 @@ class fake_backend final : public backend {
     s.expire(started);
     if (gone(h)) return refused(s, Reason::shutdown, false, 0);
     if (q.n > s.capacity) return refused(s, Reason::exceeds_capacity, false, 0);
-    if (s.queue.empty() && s.used + q.n <= s.capacity) return granted(h, sp, q, s.grant(q.n, q, h.id), started);
+    if (s.queue.empty() && s.used + q.n <= s.capacity)
+      return granted(h, sp, q, s.grant(q.n, q, h.id), started);
     if (started >= deadline) return refused(s, Reason::timeout, false, 0);
     waiter w;
     w.n = q.n;
@@ -313,7 +313,8 @@ class fake_backend final : public backend {
       const std::int64_t now = now_ns();
       if (now >= deadline) break;
       // A renewed lease may keep others waiting: check expiries as time goes.
-      s.cv.wait_for(lk, std::chrono::nanoseconds(std::min<std::int64_t>(deadline - now, 5'000'000)));
+      s.cv.wait_for(lk,
+                    std::chrono::nanoseconds(std::min<std::int64_t>(deadline - now, 5'000'000)));
       s.expire(now_ns());
       ++wakeups;
     }
@@ -374,10 +375,12 @@ class fake_backend final : public backend {
       hd.pid = static_cast<int>(::getpid());
       hd.permit_id = id;
       hd.weight = l.n;
-      hd.acquired_at = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(l.granted_ns));
+      hd.acquired_at =
+          std::chrono::steady_clock::time_point(std::chrono::nanoseconds(l.granted_ns));
       if (l.lapsed(now)) hd.state = HolderState::expired;
       if (l.expires_ns)
-        hd.expires_at = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(l.expires_ns));
+        hd.expires_at =
+            std::chrono::steady_clock::time_point(std::chrono::nanoseconds(l.expires_ns));
       out.push_back(std::move(hd));
     }
     return out;
@@ -425,8 +428,8 @@ class fake_backend final : public backend {
       sp->expire(now_ns());
       if (sp->used == 0) return true;
       if (std::chrono::steady_clock::now() >= until) return false;
-      sp->cv.wait_until(lk, std::min(until, std::chrono::steady_clock::now() +
-                                                std::chrono::milliseconds(5)));
+      sp->cv.wait_until(
+          lk, std::min(until, std::chrono::steady_clock::now() + std::chrono::milliseconds(5)));
     }
   }
   void shutdown(handle& h) override {
@@ -528,15 +531,17 @@ bool claims(std::string_view key) noexcept {
 
 void check(std::string_view key) {
   if (name_of(key).empty())
-    throw std::invalid_argument("shmsem: '" + std::string(key) + "' names no semaphore (fake://NAME)");
+    throw std::invalid_argument("shmsem: '" + std::string(key) +
+                                "' names no semaphore (fake://NAME)");
 }
 
 std::unique_ptr<backend> open(std::string_view key, int permits, const Options&) {
   check(key);
   std::lock_guard g(registry_mu);
   if (blocked.contains(key))
-    throw SegmentError(make_error_code(errc::bad_segment),
-                       "shmsem: cannot open '" + std::string(key) + "': it is blocked (fake::block)");
+    throw SegmentError(
+        make_error_code(errc::bad_segment),
+        "shmsem: cannot open '" + std::string(key) + "': it is blocked (fake::block)");
   auto it = registry.find(key);
   if (it == registry.end()) {
     if (permits == 0)

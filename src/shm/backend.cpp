@@ -45,7 +45,7 @@ attempt ended(const attachment& a, Outcome o) {
 
 // [locked] Takes n seats now if they fit without passing anyone in the
 // queue, after reclaiming dead holders' and expired seats if that helps.
-bool admits_now(attachment& a, int n, std::int64_t now, wake_list& wakes) {
+inline bool admits_now(attachment& a, int n, std::int64_t now, wake_list& wakes) {
   if (a.admit(n, false)) return true;
   // Behind a queue nothing reaped would be ours; the head waiter watches,
   // unless it is dead (or gave up) with nobody behind it to notice.
@@ -150,14 +150,13 @@ attempt segment_backend::acquire(handle& h, const acquisition& q, const AcquireO
     const std::int64_t now = lease_clock();
     // Full: reclaim dead holders and expired leases before queueing.
     if (admits_now(a, n, now, lk.wakes)) {
+      // Returned as made (no copy of the attempt on the common path).
+      if (!first) return grant_now(h, lk, self, q, now);
       attempt t = grant_now(h, lk, self, q, now);
-      if (first) {
-        // Our first seat: hold it with our death ringing. try_acquire
-        // never waits; a queued acquire's lifeline is usually armed by
-        // the time it is served.
-        lk.unlock();
-        a.await_lifeline(deadline);
-      }
+      // Our first seat: hold it with our death ringing. try_acquire never
+      // waits; a queued acquire's lifeline is usually armed by the time it
+      // is served.
+      a.await_lifeline(deadline);
       return t;
     }
     if (deadline != sys::kNever && sys::precise_now_ns() >= deadline) {
