@@ -316,14 +316,14 @@ struct kept_leases {
 struct permit_object {
   std::shared_ptr<lease> held;
   std::weak_ptr<kept_leases> keeper;
-  shmsem::Permit& permit;  // held->permit
-  bool remote = false;
+  shmsem::Permit& permit;    // held->permit
+  bool asks_server = false;  // its calls are round trips (not reads_without_io)
 
   permit_object(std::shared_ptr<lease> l, std::weak_ptr<kept_leases> k)
       : held(std::move(l)),
         keeper(std::move(k)),
         permit(held->permit),
-        remote(does_io(permit.key())) {}
+        asks_server(does_io(permit.key())) {}
   permit_object(const permit_object&) = delete;
   permit_object& operator=(const permit_object&) = delete;
 
@@ -414,7 +414,7 @@ class waiter_thread {
 
 struct semaphore_object {
   shmsem::Semaphore sem;
-  bool remote = false;
+  bool asks_server = false;  // its calls are round trips (not reads_without_io)
   // What pickling passes to the other process: (key, permits, options) for
   // shmsem._reopen; permits is None for a handle from attach().
   py::object reopen_args;
@@ -422,7 +422,7 @@ struct semaphore_object {
 
   semaphore_object(shmsem::Semaphore s, py::object args)
       : sem(std::move(s)),
-        remote(!sem.capabilities().reads_without_io),
+        asks_server(!sem.capabilities().reads_without_io),
         reopen_args(std::move(args)) {}
 
   // [GIL] A Permit for `p`, whose seats this object keeps until released.
@@ -458,7 +458,7 @@ struct semaphore_object {
 
   template <class F>
   auto figure(F&& f) const {
-    if (remote) return without_gil(std::forward<F>(f));
+    if (asks_server) return without_gil(std::forward<F>(f));
     return f();
   }
 
@@ -467,7 +467,7 @@ struct semaphore_object {
   // a zero wait budget does not wait for the segment lock either.
   std::optional<shmsem::Permit> acquire_now(int n, shmsem::AcquireOptions o) {
     // On Redis the two reads would cost two round trips; the try is one.
-    if (remote) return without_gil([&] { return sem.try_acquire(n, o); });
+    if (asks_server) return without_gil([&] { return sem.try_acquire(n, o); });
     if (sem.available() < n || sem.waiters() > 0) return std::nullopt;
     o.wait_timeout = 0ms;
     try {
@@ -945,7 +945,7 @@ one). Raises ExtensionError if the seats were lost first.)doc")
       .def_property_readonly(
           "is_held",
           [](const permit_object& p) {
-            if (!p.remote) return p.permit.is_held();
+            if (!p.asks_server) return p.permit.is_held();
             return without_gil([&] { return p.permit.is_held(); });
           },
           "True while the seats are held: false once released, reaped, force-released or "

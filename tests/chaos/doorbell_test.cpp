@@ -68,7 +68,7 @@ struct blocked_waiter {
 class Doorbell : public ::testing::Test {
  protected:
   void SetUp() override {
-    SHMSEM_SHM_ONLY();
+    SHMSEM_SHM_ONLY();  // the doorbells are words of a segment
     if (!sys::waitv_supported())
       SHMSEM_SKIP_WITHOUT_CAPABILITY("this kernel has no futex_waitv (Linux 5.16 and later)");
   }

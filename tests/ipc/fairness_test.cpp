@@ -58,7 +58,7 @@ struct shared {
 };
 
 TEST(Fairness, IsChosenByTheCreatorAndKeptByEveryLaterOpen) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // only shared memory can barge; the others are always FIFO
   test::unique_key key;
   auto sem = Semaphore::open(key, 2, with(Fairness::barging));
   EXPECT_EQ(sem.fairness(), Fairness::barging);
@@ -97,7 +97,7 @@ TEST(Fairness, AnUnknownPolicyOrBargingOnRedisIsRejected) {
 class PassingTheQueue : public ::testing::TestWithParam<Fairness> {};
 
 TEST_P(PassingTheQueue, ARunningRequestPassesAStoppedWaiterOnlyUnderBarging) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // only shared memory can barge
   // The waiter must not starve before it is stopped (1 ms is less than a
   // busy host's scheduling delay): an hour's bound, inherited across fork.
   starvation_bound_for_test bound(3'600'000'000'000);
@@ -142,7 +142,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, PassingTheQueue,
 // freed seats are kept for it: a weight-1 request that comes later waits behind the
 // weight-3 head even while two seats are free, and is served after it.
 TEST(Fairness, AWeightedHeadThatWaitedPastTheBoundIsServedBeforeNewcomers) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // only shared memory can barge
   test::unique_key key;
   auto sem = Semaphore::open(key, 4, with(Fairness::barging));
   test::pipe_channel go, got, done;
@@ -200,7 +200,7 @@ TEST(Fairness, AWeightedHeadThatWaitedPastTheBoundIsServedBeforeNewcomers) {
 // kept for the weight-2 one behind it; barging again, a running
 // try_acquire takes it.
 TEST(Fairness, RunningRequestsPassTheNextHeadAgainOnceAStarvedHeadIsServed) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // only shared memory can barge
   // Long enough that the steps after the starved head's grant fit in it on
   // a loaded host; the test waits this long once, for the first head.
   starvation_bound_for_test bound(1'000'000'000);
@@ -256,7 +256,7 @@ TEST(Fairness, RunningRequestsPassTheNextHeadAgainOnceAStarvedHeadIsServed) {
 // as they can; weight-3 requests from this process still get through, each
 // within a generous budget: the bound, not luck, lets them in.
 TEST(Fairness, WeightedRequestsDoNotStarveAmongBargers) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // only shared memory can barge
   test::unique_key key;
   auto sem = Semaphore::open(key, 4, with(Fairness::barging));
   struct flags {

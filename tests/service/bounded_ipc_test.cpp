@@ -152,7 +152,7 @@ TEST(BoundedIpc, FailOpenWhenTheSegmentBelongsToAnotherUser) {
 }
 
 TEST(BoundedIpc, FailOpenWhenDevShmIsReadOnly) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // /dev/shm is shared memory's store
   unique_key key;
   child_process child([&] {
     // A private mount namespace with an empty read-only tmpfs on /dev/shm.

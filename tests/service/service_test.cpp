@@ -72,7 +72,7 @@ using namespace std::chrono_literals;
 using test::unique_key;
 
 TEST(Service, ThreadTierHitMakesNoHeapAllocation) {
-  SHMSEM_SHM_ONLY();  // a Redis capacity() is a round trip
+  SHMSEM_SHM_ONLY();  // elsewhere a permit allocates (Redis: a round trip; fake: a lease)
   unique_key key;
   Service svc;
   auto first = svc.semaphore(key, 2);  // miss: opens and caches
@@ -89,7 +89,7 @@ TEST(Service, ThreadTierHitMakesNoHeapAllocation) {
 }
 
 TEST(Service, SharedTierHitMakesNoHeapAllocation) {
-  SHMSEM_SHM_ONLY();  // a Redis capacity() is a round trip
+  SHMSEM_SHM_ONLY();  // elsewhere a permit allocates (Redis: a round trip; fake: a lease)
   unique_key key("target");
   std::vector<std::unique_ptr<unique_key>> others;
   Service svc;

@@ -49,7 +49,7 @@ TEST(Fencing, TokensGrowWithEveryGrantWhateverThePath) {
 }
 
 TEST(Fencing, SharedMemoryTokensAreZeroWithoutTheOption) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // only a segment has tokens by choice; the others always do
   unique_key k;
   auto s = Semaphore::open(k, 2);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(s.acquire().fencing_token(), 0u);

@@ -235,7 +235,7 @@ Permit lock_free_permit(Semaphore& s) {
 }
 
 TEST(Semaphore, LockFreePermitOutlivesItsHandleAndTheMappingGoesWithIt) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // a mapping and a lock-free permit are shared memory's
   unique_key k;
   Permit p;
   {
@@ -251,7 +251,7 @@ TEST(Semaphore, LockFreePermitOutlivesItsHandleAndTheMappingGoesWithIt) {
 }
 
 TEST(Semaphore, LastPermitAndLastHandleMayGoAtOnceOnTwoThreads) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // the race is over unmapping a segment
   for (int round = 0; round < 200; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     unique_key k;
@@ -585,7 +585,7 @@ struct wakeups_observer : Observer {
 // waiter that becomes the head because the one before it left must be
 // woken to take the watch over, not sleep on at the long tick.
 TEST(Semaphore, WaiterThatBecomesTheHeadIsWokenToWatch) {
-  SHMSEM_SHM_ONLY();
+  SHMSEM_SHM_ONLY();  // the head's watch over holders' lifelines is shared memory's
   unique_key k;
   auto obs = std::make_shared<wakeups_observer>();
   auto s = Semaphore::open(k, 1, {.observer = obs});
