@@ -44,11 +44,14 @@ const backend_kind& backend_of(std::string_view key) {
     served += k->schemes;
   }
   // Only a URL is left unclaimed.
-  throw std::invalid_argument(
-      "shmsem: '" + shown_url(key) + "' is a " + url_scheme(key).value_or("") + ":// URL, and " +
-      (served.empty() ? std::string("this build of shmsem serves no URL (it was built without "
-                                    "Redis: SHMSEM_WITH_REDIS=OFF)")
-                      : "shmsem serves only " + served));
+  std::string what = "shmsem: '" + shown_url(key) + "' is a " + url_scheme(key).value_or("") +
+                     ":// URL, and " +
+                     (served.empty() ? std::string("this build of shmsem serves no URL")
+                                     : "this build of shmsem serves only " + served);
+#ifndef SHMSEM_WITH_REDIS
+  what += " (it was built without Redis: SHMSEM_WITH_REDIS=OFF)";
+#endif
+  throw std::invalid_argument(what);
 }
 
 }  // namespace shmsem::detail

@@ -1,7 +1,7 @@
 #include "test_support.hpp"
 
-#ifdef SHMSEM_WITH_REDIS
 #include "fake/backend.hpp"
+#ifdef SHMSEM_WITH_REDIS
 #include "redis/connection.hpp"
 #include "redis/url.hpp"
 #endif
