@@ -290,11 +290,13 @@ class fake_backend final : public backend {
     s.queue.push_back(&w);
     lk.unlock();
     h.wait_started(s.key, q.n);
-    lk.lock();
+    // Registered without the mutex: for a token already stopped, the
+    // callback runs here, at once, and takes it.
     std::stop_callback on_stop(opts.stop, [&s] {
       std::lock_guard g(s.mu);
       s.cv.notify_all();
     });
+    lk.lock();
     std::uint32_t wakeups = 0;
     Reason why = Reason::timeout;
     while (w.st == waiter::state::waiting) {

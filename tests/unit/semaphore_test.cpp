@@ -572,6 +572,19 @@ TEST(Semaphore, StopTokenCancelsAWait) {
   EXPECT_EQ(s.stats().cancelled, 1u);
 }
 
+// A token stopped before the call: the acquire that would wait ends at
+// once, cancelled, and leaves nobody queued.
+TEST(Semaphore, AStopTokenAlreadyStoppedCancelsAtOnce) {
+  unique_key k;
+  auto s = Semaphore::open(k, 1);
+  auto p = s.acquire();
+  std::stop_source stop;
+  stop.request_stop();
+  EXPECT_EQ(acquire_error(s, 1, {.stop = stop.get_token()}).reason(), Reason::cancelled);
+  EXPECT_EQ(s.waiters(), 0);
+  EXPECT_EQ(s.stats().cancelled, 1u);
+}
+
 struct wakeups_observer : Observer {
   std::mutex mu;
   std::map<std::uint64_t, std::uint32_t> wakeups;  // by permit id
