@@ -1,8 +1,8 @@
 // backend.hpp: the seam between the public layer and a backend. Every
-// backend (src/shm/, src/redis/) implements `backend` for a Semaphore
-// handle; one line of src/api/backends.cpp registers the keys of each
-// backend but shared memory, which serves every key that is no URL. The
-// public layer keeps one branch of its own for shared memory: the inline
+// backend (src/shm/, src/redis/, the tests' src/fake/) implements
+// `backend` for a Semaphore handle, and src/api/backends.cpp lists each
+// one's `backend_kind` (shared memory's last: it serves every key that is
+// no URL). The public layer keeps one branch of its own for shared memory: the inline
 // lock-free fast path of acquire() and try_acquire(), and Permit its
 // lock-free release; a Permit's other calls go to its `lease_owner`.
 //
@@ -24,11 +24,10 @@
 #include <shmsem/semaphore.hpp>
 #include <shmsem/stats.hpp>
 
-#include <exception>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
