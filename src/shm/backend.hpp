@@ -70,7 +70,7 @@ class segment_backend final : public backend {
 };
 
 /// What a shared-memory key's handles can do (`fencing`: the segment's).
-constexpr Capabilities shared_memory_capabilities(bool fencing) {
+constexpr Capabilities shared_memory_capabilities(bool fencing) noexcept {
   return {.reads_without_io = true,
           .barging = true,
           .fencing = fencing,
