@@ -284,11 +284,6 @@ bool odd_weight(int n) {
   return static_cast<unsigned>(n) - 1u >= static_cast<unsigned>(kMaxCapacity);
 }
 
-bool shut_down(const handle& h) {
-  return h.shut.load(std::memory_order_relaxed) ||
-         detail::process_shut_down.load(std::memory_order_relaxed);
-}
-
 // The permit of a lock-free grant, when it has a renewal to start or an
 // observer to tell.
 [[gnu::noinline]] Permit observed_fast(handle& h, const acquisition& q,
@@ -338,7 +333,7 @@ Permit Semaphore::acquire(int n, const AcquireOptions& opts) {
   if (attachment* a = h.att) [[likely]] {
     detail::fast_grant fg;
     if (detail::thread_entry* entry = detail::local_entry(*a);
-        entry && !shut_down(h) && detail::fast_acquire(*a, *entry, n, q.ttl_ms, fg)) {
+        entry && !h.is_shut() && detail::fast_acquire(*a, *entry, n, q.ttl_ms, fg)) {
       if (!h.opts.observer && !q.renew) [[likely]]
         return detail::permit_access::plain(h, n, q.ttl_ms, fg);
       return observed_fast(h, q, fg);
@@ -357,7 +352,7 @@ std::optional<Permit> Semaphore::try_acquire(int n, const AcquireOptions& opts) 
   if (attachment* a = h.att) [[likely]] {
     detail::fast_grant fg;
     if (detail::thread_entry* entry = detail::local_entry(*a);
-        entry && !shut_down(h) && detail::fast_acquire(*a, *entry, n, q.ttl_ms, fg)) {
+        entry && !h.is_shut() && detail::fast_acquire(*a, *entry, n, q.ttl_ms, fg)) {
       return fast_optional(h, q, fg);
     }
   }

@@ -20,6 +20,9 @@ namespace shmsem::detail {
 
 struct attachment;
 
+/// Set by shutdown_all(): every handle, old or new, acts shut down.
+extern std::atomic<bool> process_shut_down;
+
 struct handle {
   std::unique_ptr<backend> b;  // never null once opened
   // Shared memory's mapped segment, for the inline fast path; null for a
@@ -30,6 +33,13 @@ struct handle {
   std::atomic<bool> shut{false};
   std::mutex waits_mu;               // guards `waits`
   std::vector<std::uint32_t> waits;  // waiter slots of this handle's blocked acquires
+
+  /// True once shutdown() or shutdown_all() was called: its acquisitions
+  /// fail with Reason::shutdown.
+  bool is_shut() const noexcept {
+    return shut.load(std::memory_order_relaxed) ||
+           process_shut_down.load(std::memory_order_relaxed);
+  }
 
   /// Makes this handle's shared-memory acquires that are blocked look at
   /// their state again.
@@ -47,8 +57,5 @@ struct handle {
 struct semaphore_access {
   static const handle& of(const Semaphore& s) noexcept { return *s.h_; }
 };
-
-/// Set by shutdown_all(): every handle, old or new, acts shut down.
-extern std::atomic<bool> process_shut_down;
 
 }  // namespace shmsem::detail

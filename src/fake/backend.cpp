@@ -280,7 +280,7 @@ class fake_backend final : public backend {
       deadline = started + std::chrono::nanoseconds(std::max(*opts.wait_timeout, {})).count();
     std::unique_lock lk(s.mu);
     s.expire(started);
-    if (gone(h)) return refused(s, Reason::shutdown, false, 0);
+    if (h.is_shut()) return refused(s, Reason::shutdown, false, 0);
     if (q.n > s.capacity) return refused(s, Reason::exceeds_capacity, false, 0);
     if (s.queue.empty() && s.used + q.n <= s.capacity)
       return granted(h, sp, q, s.grant(q.n, q, h.id), started);
@@ -304,7 +304,7 @@ class fake_backend final : public backend {
         why = Reason::cancelled;
         break;
       }
-      if (gone(h)) {
+      if (h.is_shut()) {
         why = Reason::shutdown;
         break;
       }
@@ -344,7 +344,7 @@ class fake_backend final : public backend {
     const std::int64_t started = now_ns();
     std::unique_lock lk(s.mu);
     s.expire(started);
-    if (gone(h)) return refused(s, Reason::shutdown, false, 0);
+    if (h.is_shut()) return refused(s, Reason::shutdown, false, 0);
     if (q.n > s.capacity) {
       ++s.stats.try_failures;
       return ended(s, Outcome::exceeds_capacity);
@@ -443,10 +443,6 @@ class fake_backend final : public backend {
   }
 
  private:
-  static bool gone(const handle& h) {
-    return h.shut.load(std::memory_order_relaxed) ||
-           process_shut_down.load(std::memory_order_relaxed);
-  }
   // [mu] An attempt that ended as `o`, with the figures now.
   static attempt ended(const semaphore& s, Outcome o) {
     attempt t;

@@ -42,11 +42,6 @@ void abandon(std::shared_ptr<T>&& p) noexcept {
   new std::shared_ptr<T>(std::move(p));
 }
 
-bool shut_down(const handle& h) {
-  return h.shut.load(std::memory_order_relaxed) ||
-         detail::process_shut_down.load(std::memory_order_relaxed);
-}
-
 // The handle's state, a fresh one for this process after a fork().
 state_ptr state_of(const handle& h) {
   auto& r = static_cast<server_backend&>(*h.b);
@@ -115,7 +110,7 @@ Permit make_permit(const handle& h, const state_ptr& s, std::uint64_t id, const 
   l->fork_gen = s->fork_gen;
   l->observer = h.opts.observer;
   l->ttl_ms = ttl_ms;
-  l->auto_renew = renew && !shut_down(h);
+  l->auto_renew = renew && !h.is_shut();
   l->renewed_ns = granted_ns;
   l->expires_ns.store(ttl_ms > 0 ? granted_ns + ms_ns(ttl_ms) : 0);
   bool poke;
@@ -404,7 +399,7 @@ class blocking_acquire {
   }
 
   attempt run() {
-    if (shut_down(h_)) fail(Reason::shutdown);
+    if (h_.is_shut()) fail(Reason::shutdown);
     for (;; ++wakeups_) {
       std::int64_t sent_at = 0;
       const reply r = ask(sent_at);
@@ -437,7 +432,7 @@ class blocking_acquire {
   // Why the caller stops waiting, if it does.
   std::optional<Reason> gives_up() const {
     if (opts_.stop.stop_requested()) return Reason::cancelled;
-    if (shut_down(h_)) return Reason::shutdown;
+    if (h_.is_shut()) return Reason::shutdown;
     if (sys::precise_now_ns() >= deadline_) return Reason::timeout;
     return std::nullopt;
   }
@@ -583,7 +578,7 @@ attempt try_acquire(handle& h, int n, std::int64_t ttl_ms, bool renew) {
   const state_ptr sp = state_of(h);
   semaphore_state& s = *sp;
   const std::int64_t started = sys::precise_now_ns();
-  if (shut_down(h)) return ended(s, Outcome::shutdown, false, started, 0);
+  if (h.is_shut()) return ended(s, Outcome::shutdown, false, started, 0);
   try {
     std::int64_t sent_at = 0;
     const reply r = ask_for_seats(sp, n, ttl_ms, "try", sent_at, false, started, 0);

@@ -29,11 +29,6 @@ namespace {
 // unless its holder is stopped or starved of CPU).
 constexpr std::int64_t kTryLockNs = 10'000'000;
 
-bool shut_down(const handle& h) {
-  return h.shut.load(std::memory_order_relaxed) ||
-         process_shut_down.load(std::memory_order_relaxed);
-}
-
 // An attempt that ended as `o`, with the segment's figures now.
 attempt ended(const attachment& a, Outcome o) {
   attempt t;
@@ -128,7 +123,7 @@ attempt segment_backend::acquire(handle& h, const acquisition& q, const AcquireO
       (a.hdr->stats.*counter).fetch_add(1, std::memory_order_relaxed);
     return ended(a, info_of(r)->outcome);
   };
-  if (shut_down(h)) return fail(Reason::shutdown);
+  if (h.is_shut()) return fail(Reason::shutdown);
 
   // This thread's entry, filled under the lock below, makes its next
   // acquire lock-free.
@@ -203,7 +198,7 @@ attempt segment_backend::try_acquire(handle& h, const acquisition& q) {
     a.hdr->stats.try_failures.fetch_add(1, std::memory_order_relaxed);
     return ended(a, outcome);
   };
-  if (shut_down(h)) return failed(Outcome::shutdown);
+  if (h.is_shut()) return failed(Outcome::shutdown);
   thread_entry* entry = local_entry(a);
   if (!entry) entry = prepare_entry(a);
   // A try does not wait: not for seats, and not long for the lock. A lock
