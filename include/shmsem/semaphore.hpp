@@ -112,6 +112,16 @@ class SHMSEM_API Semaphore {
   /// Returns true if removed; false if in use, absent, or busy.
   static bool remove_if_unused(std::string_view key);
 
+  /// Removes the token files (/dev/shm/shmsem-tokens.*) of semaphores that
+  /// are gone. A semaphore removed while in use keeps the files in which
+  /// its users hold their liveness tokens, and the last of them to let go
+  /// removes them; a user that exits without letting go (killed, or
+  /// `_exit` in a forked child) leaves them behind. A file in which a token
+  /// is still held is never removed, so this is safe at any time, beside
+  /// any user. Returns the paths removed; with `dry_run`, removes nothing
+  /// and returns what it would remove now. `shmsem gc` calls it.
+  static std::vector<std::string> remove_orphaned_token_files(bool dry_run = false);
+
   /// Keys of the semaphores on this host (not file names), sorted. A
   /// segment whose key cannot be read (hashed name, no permission) is left out.
   static std::vector<std::string> list();

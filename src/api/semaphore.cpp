@@ -21,6 +21,7 @@
 #include "shm/backend.hpp"
 #include "shm/fastpath.hpp"
 #include "shm/key.hpp"
+#include "shm/tokens.hpp"
 #include "shm/trust.hpp"
 #include "sys/shm.hpp"
 
@@ -224,6 +225,10 @@ bool Semaphore::remove(std::string_view key) {
 
 bool Semaphore::remove_if_unused(std::string_view key) {
   return detail::backend_of(key).remove(key, true);
+}
+
+std::vector<std::string> Semaphore::remove_orphaned_token_files(bool dry_run) {
+  return detail::token_files::sweep_orphans(dry_run);
 }
 
 std::vector<std::string> Semaphore::list(std::string_view server) {

@@ -116,6 +116,9 @@ namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
 inline constexpr std::uint32_t kLayoutVersion = 9;
+// The first layout with token files; its header's token_nonce keeps its
+// offset in every later one.
+inline constexpr std::uint32_t kFirstTokenFileLayout = 9;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::size_t kMaxKeySize = 255;
 

@@ -417,39 +417,22 @@ bool attachment::remove_if_unused(std::string_view key) {
       !(now_there == sys::file_id{st.st_dev, st.st_ino}))
     return false;
   if (sys::shm_remove(name) != 0) return false;
-  // Nobody is attached and no token is held, so nobody can take one: the
-  // token files can go (a new segment of the key has new ones).
-  if (has_tokens) token_files::remove_all(nonce, records);
+  // Nobody is attached and no token is held: the token files go (a new
+  // segment of the key has new ones).
+  if (has_tokens) token_files::sweep_all(nonce, records);
   return true;
 }
 
-std::unique_ptr<removed_segment> attachment::if_removed() const noexcept {
-  try {
-    struct ::stat st;
-    if (file->stat(st) != 0 || st.st_nlink != 0) return nullptr;
-    auto r = std::make_unique<removed_segment>();
-    int err = 0;
-    if (!(r->file = file->open_again(err))) return nullptr;
-    r->key = key;
-    r->path = path;
-    r->nonce = hdr->token_nonce;
-    r->secret = hdr->token_secret;
-    r->records = std::min(hdr->holder_slots.load(), kMaxHolders);
-    return r;
-  } catch (...) {  // out of memory: the token files are left behind, harmless
-    return nullptr;
-  }
+std::optional<removed_segment> attachment::if_removed() const noexcept {
+  struct ::stat st;
+  if (file->stat(st) != 0 || st.st_nlink != 0) return std::nullopt;
+  return removed_segment{hdr->token_nonce, std::min(hdr->holder_slots.load(), kMaxHolders)};
 }
 
-void removed_segment::remove_token_files_if_unused() noexcept {
-  try {
-    // Our own description: the attach lock of any other, a fork child's
-    // included, shows. The name is gone, so nobody new can attach.
-    if (!file->try_lock(kAttachLockByte, true)) return;
-    if (token_files(key, path, nonce, secret).any_held_by_other(records)) return;
-    token_files::remove_all(nonce, records);
-  } catch (...) {
-  }
+void removed_segment::sweep_token_files() const noexcept {
+  // Those still attached may hold tokens in some (theirs stay), or take
+  // one later in a file swept now (they make it again: tokens.hpp).
+  token_files::sweep_all(nonce, records);
 }
 
 bool attachment::remove(std::string_view key) {
@@ -465,13 +448,11 @@ bool attachment::remove(std::string_view key) {
     if (err == ENOENT) return false;
     throw_segment_errno(path, "cannot remove", err);
   }
-  // Those still attached keep using the removed segment, and its token
-  // files with it; they stay until nobody is left who could take a token.
-  // Once the name is gone nobody new can attach, so nobody attached and no
-  // token held now means for good.
-  if (has_tokens && !file->locked_by_other(kAttachLockByte) &&
-      !token_files(std::string(key), path, nonce, secret).any_held_by_other(records))
-    token_files::remove_all(nonce, records);
+  // Those still attached keep using the removed segment, and the token
+  // files in which they hold tokens; the last of them to let go sweeps
+  // those (finish_detach), and `shmsem gc` sweeps what a user that exited
+  // without letting go left behind.
+  if (has_tokens) token_files::sweep_all(nonce, records);
   return true;
 }
 

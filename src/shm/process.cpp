@@ -159,9 +159,9 @@ void attachment::finish_detach(attachment* a) noexcept {
   }
   // Never unmap while holding the lock: the kernel could no longer reach
   // the robust mutex to mark it if we died.
-  std::unique_ptr<removed_segment> removed = a->if_removed();
+  const std::optional<removed_segment> removed = a->if_removed();
   delete a;  // closes the fds: our OFD locks (token, attach) go with them
-  if (removed) removed->remove_token_files_if_unused();
+  if (removed) removed->sweep_token_files();
 }
 
 void attachment::drop_early_claim() noexcept {

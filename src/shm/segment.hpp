@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -185,14 +186,11 @@ struct loss {
 };
 
 /// A segment whose name was removed, which this process is letting go of.
-/// Once it has, the segment's token files go too if nobody is left who
-/// could take a token: nobody attached, no token held.
+/// Once it has, the segment's token files in which no token is held go.
 struct removed_segment {
-  std::unique_ptr<sys::shm_file> file;  // a description of our own, opened before we let go
-  std::string key, path;
-  std::uint64_t nonce = 0, secret = 0;
+  std::uint64_t nonce = 0;
   std::uint32_t records = 0;
-  void remove_token_files_if_unused() noexcept;
+  void sweep_token_files() const noexcept;
 };
 
 struct attachment final : lease_owner {
@@ -270,12 +268,12 @@ struct attachment final : lease_owner {
   /// Removes the segment if no live process is attached. Race-free against
   /// a concurrent attach.
   static bool remove_if_unused(std::string_view key);
-  /// Null unless the segment's name was removed: then what
-  /// removed_segment needs to remove its token files once we let go.
-  std::unique_ptr<removed_segment> if_removed() const noexcept;
+  /// Empty unless the segment's name was removed: then what
+  /// removed_segment needs to sweep its token files once we let go.
+  std::optional<removed_segment> if_removed() const noexcept;
   /// Removes the segment's name whoever uses it (they keep the segment they
-  /// have); its token files too when nobody is left to use them. False if
-  /// there was none. Throws SegmentError.
+  /// have), and its token files in which no token is held. False if there
+  /// was none. Throws SegmentError.
   static bool remove(std::string_view key);
   /// [locked] Called when this process is done with the segment: frees what
   /// it kept in reserve (lease slots, thread records) and its holder record.

@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <utility>
 
+#include "shm/key.hpp"
 #include "shm/segment.hpp"
 
 namespace shmsem::detail {
@@ -24,15 +28,31 @@ std::uint32_t files_for(std::uint32_t records) {
 }  // namespace
 
 std::string token_file_prefix(std::uint64_t nonce) {
-  char prefix[40];
-  std::snprintf(prefix, sizeof prefix, "shmsem-tokens.%016llx.",
-                static_cast<unsigned long long>(nonce));
-  return prefix;
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%016llx.", static_cast<unsigned long long>(nonce));
+  return std::string(kTokenFilePrefix) + hex;
 }
 
 std::string token_file_name(std::uint64_t nonce, std::uint32_t file) {
   return token_file_prefix(nonce) + std::to_string(file);
 }
+
+namespace {
+// The nonce in the name of a token file, exactly as token_file_name()
+// writes it; none for any other name.
+std::optional<std::uint64_t> nonce_of(const std::string& name) {
+  const std::string_view rest = std::string_view(name).substr(kTokenFilePrefix.size());
+  std::uint64_t nonce = 0;
+  std::uint32_t file = 0;
+  const char* end = rest.data() + rest.size();
+  if (rest.size() < 18 || rest[16] != '.' ||
+      std::from_chars(rest.data(), rest.data() + 16, nonce, 16).ptr != rest.data() + 16 ||
+      std::from_chars(rest.data() + 17, end, file).ptr != end ||
+      token_file_name(nonce, file) != name)
+    return std::nullopt;
+  return nonce;
+}
+}  // namespace
 
 token_files::token_files(std::string key, std::string segment_path, std::uint64_t nonce,
                          std::uint64_t secret, mode_t mode, uid_t uid, gid_t gid)
@@ -58,6 +78,26 @@ token_files::token_files(std::string key, std::string segment_path, std::uint64_
 
 token_files::~token_files() {
   for (auto& f : files_) delete f.load(std::memory_order_relaxed);
+  close_retired();
+}
+
+void token_files::close_retired() noexcept {
+  for (retired_file* r = retired_.exchange(nullptr, std::memory_order_acq_rel); r;)
+    delete std::exchange(r, r->next);
+}
+
+token_files::currency token_files::check_current(std::uint32_t index, sys::shm_file* f) const {
+  const int err = f->at_name(token_file_name(nonce_, index));
+  if (err == 0) return currency::current;
+  if (err != ENOENT && err != ESTALE) return currency::unknown;
+  sys::shm_file* expected = f;
+  if (files_[index].compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) {
+    auto* r = new retired_file{std::unique_ptr<sys::shm_file>(f), index, nullptr};
+    r->next = retired_.load(std::memory_order_relaxed);
+    while (!retired_.compare_exchange_weak(r->next, r, std::memory_order_acq_rel)) {
+    }
+  }
+  return currency::replaced;
 }
 
 sys::shm_file* token_files::file(std::uint32_t index, bool make, int& err) const {
@@ -106,41 +146,71 @@ void token_files::fail(std::uint32_t index, int err) const {
 
 bool token_files::take(std::uint32_t h) {
   const std::uint32_t index = h / kHoldersPerTokenFile;
-  int err = 0;
-  sys::shm_file* f = file(index, true, err);
-  if (!f) fail(index, err);
-  return f->try_lock(kTokenBase + h, true);
+  // A file swept (and perhaps made again) between our open and our lock
+  // would hide the token from everyone who opens the name: taken only
+  // once the name is seen to lead to it. From then on no sweep can move
+  // the name (it needs the whole file).
+  for (int tries = 0; tries < 3; ++tries) {
+    int err = 0;
+    sys::shm_file* f = file(index, true, err);
+    if (!f) fail(index, err);
+    if (!f->try_lock(kTokenBase + h, true)) return false;
+    const currency c = check_current(index, f);
+    if (c == currency::current) return true;
+    f->unlock(kTokenBase + h);
+    if (c == currency::unknown) return false;
+  }
+  return false;
 }
 
 void token_files::give_back(std::uint32_t h) noexcept {
-  if (sys::shm_file* f = files_[h / kHoldersPerTokenFile].load(std::memory_order_acquire))
-    f->unlock(kTokenBase + h);
+  const std::uint32_t index = h / kHoldersPerTokenFile;
+  if (sys::shm_file* f = files_[index].load(std::memory_order_acquire)) f->unlock(kTokenBase + h);
+  // The file our token was in may have been retired since (its name was
+  // removed by hand): unlocking where we hold nothing is harmless.
+  for (retired_file* r = retired_.load(std::memory_order_acquire); r; r = r->next)
+    if (r->index == index) r->file->unlock(kTokenBase + h);
 }
 
 bool token_files::held_by_other(std::uint32_t h) const noexcept {
-  int err = 0;
+  const std::uint32_t index = h / kHoldersPerTokenFile;
   try {
-    const sys::shm_file* f = file(h / kHoldersPerTokenFile, false, err);
-    if (!f) return err != ENOENT;
-    return f->locked_by_other(kTokenBase + h);
+    // Free in the file we have open says nothing if a sweep replaced it:
+    // its holders took their tokens in the file at the name.
+    for (int tries = 0; tries < 2; ++tries) {
+      int err = 0;
+      sys::shm_file* f = file(index, false, err);
+      if (!f) return err != ENOENT;
+      if (f->locked_by_other(kTokenBase + h)) return true;
+      const currency c = check_current(index, f);
+      if (c != currency::replaced) return c == currency::unknown;
+    }
   } catch (...) {  // out of memory: cannot tell
-    return true;
   }
+  return true;
 }
 
 bool token_files::any_held_by_other(std::uint32_t records) const noexcept {
   const std::uint32_t files = files_for(records);
   try {
     for (std::uint32_t i = 0; i < files; ++i) {
-      int err = 0;
-      const sys::shm_file* f = file(i, false, err);
-      if (!f) {
-        if (err != ENOENT) return true;
-        continue;
+      bool told = false;
+      for (int tries = 0; tries < 2 && !told; ++tries) {
+        int err = 0;
+        sys::shm_file* f = file(i, false, err);
+        if (!f) {
+          if (err != ENOENT) return true;
+          told = true;
+        } else if (f->locked_by_other(kTokenBase + std::uint64_t{i} * kHoldersPerTokenFile,
+                                      kHoldersPerTokenFile)) {
+          return true;
+        } else {
+          const currency c = check_current(i, f);
+          if (c == currency::unknown) return true;
+          told = c == currency::current;
+        }
       }
-      if (f->locked_by_other(kTokenBase + std::uint64_t{i} * kHoldersPerTokenFile,
-                             kHoldersPerTokenFile))
-        return true;
+      if (!told) return true;
     }
   } catch (...) {
     return true;
@@ -163,6 +233,7 @@ std::string token_files::path_of(std::uint32_t h) const {
 
 void token_files::reopen_after_fork(std::uint32_t records) noexcept {
   for (auto& f : files_) delete f.exchange(nullptr, std::memory_order_relaxed);
+  close_retired();
   for (auto& r : refused_) r.store(0, std::memory_order_relaxed);
   try {
     for (std::uint32_t i = 0; i < files_for(records); ++i) {
@@ -173,12 +244,58 @@ void token_files::reopen_after_fork(std::uint32_t records) noexcept {
   }
 }
 
-void token_files::remove_all(std::uint64_t nonce, std::uint32_t records) noexcept {
+bool token_files::sweep(const std::string& name) noexcept {
+  try {
+    int err = 0;
+    const auto f = sys::shm_file::open_for_locks(name, err);
+    if (!f) return false;
+    // Locked whole while we look and remove: a token taken before fails
+    // the lock, one taken after finds the name gone (take()). The lock
+    // goes when `f` closes, after the removal.
+    if (!f->try_lock(0, 0, true) || f->at_name(name) != 0) return false;
+    return sys::shm_remove(name) == 0;
+  } catch (...) {  // out of memory: the file stays, harmless
+    return false;
+  }
+}
+
+void token_files::sweep_all(std::uint64_t nonce, std::uint32_t records) noexcept {
   const std::uint32_t files = files_for(records);
   try {
-    for (std::uint32_t i = 0; i < files; ++i) (void)sys::shm_remove(token_file_name(nonce, i));
-  } catch (...) {  // out of memory: the files are left behind, harmless
+    for (std::uint32_t i = 0; i < files; ++i) (void)sweep(token_file_name(nonce, i));
+  } catch (...) {  // out of memory: the files stay, harmless
   }
+}
+
+std::vector<std::string> token_files::sweep_orphans(bool dry_run) {
+  std::vector<std::uint64_t> there;
+  for (const std::string& name : sys::shm_list(std::string(kNamePrefix))) {
+    alignas(segment_header) unsigned char bytes[sizeof(segment_header)];
+    std::size_t got = 0;
+    std::uint64_t size = 0;
+    if (sys::shm_read_prefix(name, bytes, sizeof bytes, got, size) != 0 || got < sizeof bytes)
+      continue;
+    // A later layout keeps the nonce where version 9 put it (Layout tests):
+    // the token files of a newer library's segment are not orphans either.
+    const segment_header* h = header(bytes);
+    if (h->magic == kMagic && h->layout_version >= kFirstTokenFileLayout)
+      there.push_back(h->token_nonce);
+  }
+  std::sort(there.begin(), there.end());
+  std::vector<std::string> out;
+  for (const std::string& name : sys::shm_list(std::string(kTokenFilePrefix))) {
+    const auto nonce = nonce_of(name);
+    if (!nonce || std::binary_search(there.begin(), there.end(), *nonce)) continue;
+    if (dry_run) {
+      int err = 0;
+      const auto f = sys::shm_file::open_read_only(name, err);
+      if (!f || f->locked_by_other(0, 0)) continue;
+    } else if (!sweep(name)) {
+      continue;
+    }
+    out.push_back(sys::shm_path(name));
+  }
+  return out;
 }
 
 }  // namespace shmsem::detail

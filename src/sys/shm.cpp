@@ -167,7 +167,12 @@ struct flock make_lock(short type, std::uint64_t byte) {
 }  // namespace
 
 bool shm_file::try_lock(std::uint64_t byte, bool exclusive) {
-  struct flock l = make_lock(exclusive ? F_WRLCK : F_RDLCK, byte);
+  return try_lock(byte, 1, exclusive);
+}
+
+bool shm_file::try_lock(std::uint64_t first, std::uint64_t count, bool exclusive) {
+  struct flock l = make_lock(exclusive ? F_WRLCK : F_RDLCK, first);
+  l.l_len = static_cast<off_t>(count);
   int r;
   do r = ::fcntl(fd(), F_OFD_SETLK, &l);
   while (r != 0 && errno == EINTR);
@@ -202,6 +207,14 @@ bool shm_file::locked_by_other(std::uint64_t first, std::uint64_t count) const {
   l.l_len = static_cast<off_t>(count);
   if (::fcntl(fd(), F_OFD_GETLK, &l) != 0) return true;
   return l.l_type != F_UNLCK;
+}
+
+int shm_file::at_name(const std::string& name) const {
+  struct ::stat mine;
+  if (::fstat(fd(), &mine) != 0) return errno;
+  file_id there;
+  if (const int err = shm_stat_name(name, there); err != 0) return err;
+  return there == file_id{mine.st_dev, mine.st_ino} ? 0 : ESTALE;
 }
 
 int shm_publish(const std::string& name, const void* data, std::size_t n, mode_t mode, uid_t uid,

@@ -70,6 +70,9 @@ class shm_file {
   /// on any death of the holder. They serve as liveness tokens.
   /// try_lock: returns true if taken (exclusive or shared).
   bool try_lock(std::uint64_t byte, bool exclusive);
+  /// The same for [first, first + count); a count of 0 reaches past the
+  /// end of the file, however far it grows.
+  bool try_lock(std::uint64_t first, std::uint64_t count, bool exclusive);
   /// Retries try_lock until the absolute CLOCK_MONOTONIC deadline.
   bool lock_until(std::uint64_t byte, bool exclusive, std::int64_t deadline_ns);
   void unlock(std::uint64_t byte);
@@ -78,6 +81,10 @@ class shm_file {
   /// True if another open file description holds a lock on any byte of
   /// [first, first + count). True also when the kernel cannot say.
   bool locked_by_other(std::uint64_t first, std::uint64_t count) const;
+  /// Whether /dev/shm/<name> is this very file: 0 if it is, ENOENT if the
+  /// name is gone, ESTALE if it names another file, another errno if that
+  /// cannot be told.
+  int at_name(const std::string& name) const;
 
  private:
   shm_file() = default;

@@ -64,22 +64,13 @@ TEST(SegmentRemoved, ExistingHandlesKeepWorkingAndNewOpensGetAFreshSegment) {
   EXPECT_EQ(new_user.wait(), 0);
 }
 
-// The path of the token file that holds this process's token for `sem`.
-std::string token_file_of(const Semaphore& sem) {
-  const int fd = sem.inheritable_liveness_fd();
-  std::error_code ec;
-  const auto path = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
-  ::close(fd);
-  return path.string();
-}
-
 TEST(SegmentRemoved, TokenFilesGoWithTheirSegment) {
   test::unique_key key;
   std::string tokens;
   {
     Semaphore sem = Semaphore::open(key, 2);
     Permit p = sem.acquire();
-    tokens = token_file_of(sem);
+    tokens = test::token_file_of(sem);
     ASSERT_EQ(tokens.rfind("/dev/shm/shmsem-tokens.", 0), 0u) << tokens;
     EXPECT_FALSE(Semaphore::remove_if_unused(key));  // in use: all stays
     EXPECT_TRUE(std::filesystem::exists(tokens));
@@ -93,7 +84,7 @@ TEST(SegmentRemoved, TokenFilesGoWithTheirSegment) {
   {
     Semaphore sem = Semaphore::open(key, 2);
     Permit p = sem.acquire();
-    tokens = token_file_of(sem);
+    tokens = test::token_file_of(sem);
     EXPECT_TRUE(Semaphore::remove(key));
     EXPECT_TRUE(std::filesystem::exists(tokens));
     p.release();

@@ -371,4 +371,12 @@ std::string backend_url(std::string_view key) {
   return {};
 }
 
+std::string token_file_of(const Semaphore& sem) {
+  const int fd = sem.inheritable_liveness_fd();
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+  ::close(fd);
+  return path.string();
+}
+
 }  // namespace shmsem::test

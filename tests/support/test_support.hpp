@@ -137,6 +137,10 @@ bool asleep_in_futex(pid_t tid, pid_t pid = 0);
 /// (docs/testing.md, on fork).
 bool other_threads_parked();
 
+/// The path of the token file that holds this process's liveness token
+/// for `sem` (its first acquire took it).
+std::string token_file_of(const Semaphore& sem);
+
 /// The backend the suite runs on: $SHMSEM_TEST_BACKEND ("redis",
 /// "redis-cluster", "fake"), or "shm".
 std::string_view test_backend();

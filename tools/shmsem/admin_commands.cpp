@@ -218,6 +218,10 @@ int gc(bool dry_run, const std::string& prefix) {
       }
     } catch (const shmsem::SegmentError& e) {
       if (e.code() == shmsem::errc::not_found) continue;  // removed meanwhile
+      if (e.code() == shmsem::errc::busy) {               // being made at this moment: in use
+        ++kept;
+        continue;
+      }
       error_message(semtop::printable(key) + ": " + e.what());
       ++kept;
       rc = kFailure;
@@ -227,8 +231,23 @@ int gc(bool dry_run, const std::string& prefix) {
       rc = kFailure;
     }
   }
+  // The token files that users of removed semaphores left when they
+  // exited without letting go (the library keeps any a token is held in).
+  // They carry no key, so a gc of one prefix leaves them.
+  std::size_t token_files = 0;
+  try {
+    for (const auto& path : prefix.empty() ? shmsem::Semaphore::remove_orphaned_token_files(dry_run)
+                                           : std::vector<std::string>{}) {
+      std::printf("%s %s\n", dry_run ? "would remove" : "removed", path.c_str());
+      ++token_files;
+    }
+  } catch (const std::exception& e) {
+    error_message(std::string("token files: ") + e.what());
+    rc = kFailure;
+  }
   std::printf("%s %d, kept %d", dry_run ? "would remove" : "removed", removed, kept);
   if (others) std::printf(" (%d of other users, left to them)", others);
+  if (token_files) std::printf("; %zu token files of removed semaphores", token_files);
   std::printf("\n");
   return rc;
 }
