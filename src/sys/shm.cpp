@@ -101,11 +101,6 @@ std::unique_ptr<shm_file> shm_file::open_for_locks(const std::string& name, int&
   return open_plain(name, O_RDWR, err);
 }
 
-std::unique_ptr<shm_file> shm_file::open_again(int& err) const {
-  const std::string self = "/proc/self/fd/" + std::to_string(fd());
-  return wrap_plain(::open(self.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC), err);
-}
-
 shm_file::~shm_file() = default;
 
 int shm_file::fd() const {

@@ -41,10 +41,6 @@ class shm_file {
   static std::unique_ptr<shm_file> open_read_only(const std::string& name, int& err);
   /// The same, read-write: for exclusive locks. It never creates the file.
   static std::unique_ptr<shm_file> open_for_locks(const std::string& name, int& err);
-  /// A new open file description of this file, read-write and never
-  /// mapped, even once its name is gone (through /proc/self/fd). Returns
-  /// nullptr and sets `err` on failure.
-  std::unique_ptr<shm_file> open_again(int& err) const;
   ~shm_file();
   shm_file(const shm_file&) = delete;
   shm_file& operator=(const shm_file&) = delete;
@@ -79,7 +75,8 @@ class shm_file {
   /// True if another open file description holds a lock on `byte`.
   bool locked_by_other(std::uint64_t byte) const;
   /// True if another open file description holds a lock on any byte of
-  /// [first, first + count). True also when the kernel cannot say.
+  /// [first, first + count) (a count of 0: up to past the end). True also
+  /// when the kernel cannot say.
   bool locked_by_other(std::uint64_t first, std::uint64_t count) const;
   /// Whether /dev/shm/<name> is this very file: 0 if it is, ENOENT if the
   /// name is gone, ESTALE if it names another file, another errno if that
