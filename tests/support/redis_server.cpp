@@ -34,15 +34,18 @@ std::string plain_key(std::string_view key) {
 
 // Runs argv, returns its standard output (and its exit status in *status).
 std::string capture(const std::vector<std::string>& argv, int* status = nullptr) {
+  // Made before the fork: the child of a threaded process (the library's
+  // threads, a test's own) must not allocate, since another thread may
+  // have held the allocator's lock at the fork (it hung under ASan).
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     ::execvp(args[0], args.data());
     ::_exit(127);
   }
@@ -168,6 +171,10 @@ void redis_server::start() {
       args.insert(args.end(), {"--cluster-enabled", "yes", "--cluster-config-file",
                                dir_ + "/nodes.conf", "--cluster-node-timeout", "5000"});
     args.insert(args.end(), o_.extra.begin(), o_.extra.end());
+    // Made before the fork, as in capture().
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
@@ -175,9 +182,6 @@ void redis_server::start() {
       // Dies with the test (if the thread that started it is the main one).
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
       ::execvp("redis-server", argv.data());
       ::_exit(127);
     }
