@@ -289,6 +289,16 @@ for page in semtop shmsem; do
   [ "$path" = "/usr/share/man/man1/$page.1.gz" ] || die "man -w $page found $path, not the packaged page"
 done
 
+# The consumers that keep a service cache until they exit (the C++
+# bounded() call, the Node service) removed keys they still had open: their
+# token files stay until a sweep. The installed tool sweeps them, and only them.
+limit 30 shmsem gc --token-files >"$work/gc.txt" || { cat "$work/gc.txt"; die "shmsem gc --token-files failed"; }
+cat "$work/gc.txt"
+grep -q '^removed [0-9]* token files of removed semaphores$' "$work/gc.txt" ||
+  die "shmsem gc --token-files did not say what it removed"
+limit 30 shmsem gc --token-files --dry-run | grep -qx 'would remove 0 token files of removed semaphores' ||
+  die "shmsem gc --token-files left token files of removed semaphores"
+
 # ---------------------------------------------------------------- purge
 # Where the segments of our keys would be, asked while the library is here.
 for k in "${keys[@]}"; do "$work/consumer-cmake/two_process" --path "$k"; done >"$work/segments.txt"

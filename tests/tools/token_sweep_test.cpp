@@ -160,10 +160,15 @@ TEST(TokenSweep, TheTokenFilesARemovedSemaphoresUsersLeftAreSwept) {
   EXPECT_NE(r.out.find("would remove " + token_path + "\n"), std::string::npos) << r.out;
   EXPECT_TRUE(listed(Semaphore::remove_orphaned_token_files(true), token_path));
   EXPECT_TRUE(std::filesystem::exists(token_path));
-  const auto swept = Semaphore::remove_orphaned_token_files();
-  EXPECT_TRUE(listed(swept, token_path));
+  // `shmsem gc --token-files` sweeps them and removes no semaphore.
+  const auto swept = test::run_tool({SHMSEM_BIN, "gc", "--token-files"});
+  EXPECT_EQ(swept.status, 0) << swept.err;
+  EXPECT_NE(swept.out.find("removed " + token_path + "\n"), std::string::npos) << swept.out;
   EXPECT_FALSE(std::filesystem::exists(token_path));
-  EXPECT_FALSE(listed(swept, live_path));
+  EXPECT_EQ(swept.out.find(live_path), std::string::npos) << swept.out;
+  EXPECT_TRUE(std::filesystem::exists(live_path));
+  EXPECT_TRUE(std::filesystem::exists(Semaphore::segment_path(live)));
+  EXPECT_FALSE(listed(Semaphore::remove_orphaned_token_files(), live_path));
   EXPECT_TRUE(std::filesystem::exists(live_path));
   // Removed with nobody attached, `live` takes its token files with it.
   EXPECT_TRUE(Semaphore::remove(live));

@@ -184,10 +184,11 @@ int rm(const std::string& key, bool force) {
   return kOk;
 }
 
-int gc(bool dry_run, const std::string& prefix) {
+int gc(bool dry_run, const std::string& prefix, bool token_files_only) {
   int removed = 0, kept = 0, others = 0, rc = kOk;
   const bool root = ::geteuid() == 0;
-  for (const auto& key : shmsem::Semaphore::list()) {
+  for (const auto& key :
+       token_files_only ? std::vector<std::string>{} : shmsem::Semaphore::list()) {
     if (key.compare(0, prefix.size(), prefix) != 0) continue;
     try {
       // Another user's segment is theirs to remove (or root's).
@@ -244,6 +245,11 @@ int gc(bool dry_run, const std::string& prefix) {
   } catch (const std::exception& e) {
     error_message(std::string("token files: ") + e.what());
     rc = kFailure;
+  }
+  if (token_files_only) {
+    std::printf("%s %zu token files of removed semaphores\n", dry_run ? "would remove" : "removed",
+                token_files);
+    return rc;
   }
   std::printf("%s %d, kept %d", dry_run ? "would remove" : "removed", removed, kept);
   if (others) std::printf(" (%d of other users, left to them)", others);
@@ -329,12 +335,18 @@ void add_admin_commands(CLI::App& app, int& result) {
   }
   {
     auto dry = std::make_shared<bool>(false);
+    auto tokens_only = std::make_shared<bool>(false);
     auto prefix = std::make_shared<std::string>();
     auto* cmd = app.add_subcommand(
         "gc", "Remove every semaphore that no live process has attached, holds or waits on");
     cmd->add_flag("--dry-run", *dry, "Only print what looks unused (no holders, no waiters)");
-    cmd->add_option("--prefix", *prefix, "Only keys that start with this (one tenant's keys)");
-    cmd->callback([dry, prefix, &result] { result = gc(*dry, *prefix); });
+    auto* only = cmd->add_flag("--token-files", *tokens_only,
+                               "Only the token files of semaphores that are gone (left by users "
+                               "that exited without letting go); no semaphore is removed");
+    cmd->add_option("--prefix", *prefix, "Only keys that start with this (one tenant's keys)")
+        ->excludes(only);
+    cmd->callback(
+        [dry, prefix, tokens_only, &result] { result = gc(*dry, *prefix, *tokens_only); });
   }
 }
 
