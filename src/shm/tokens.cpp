@@ -172,46 +172,33 @@ void token_files::give_back(std::uint32_t h) noexcept {
     if (r->index == index) r->file->unlock(kTokenBase + h);
 }
 
-bool token_files::held_by_other(std::uint32_t h) const noexcept {
-  const std::uint32_t index = h / kHoldersPerTokenFile;
-  try {
-    // Free in the file we have open says nothing if a sweep replaced it:
-    // its holders took their tokens in the file at the name.
-    for (int tries = 0; tries < 2; ++tries) {
-      int err = 0;
-      sys::shm_file* f = file(index, false, err);
-      if (!f) return err != ENOENT;
-      if (f->locked_by_other(kTokenBase + h)) return true;
-      const currency c = check_current(index, f);
-      if (c != currency::replaced) return c == currency::unknown;
-    }
-  } catch (...) {  // out of memory: cannot tell
+bool token_files::held_in(std::uint32_t index, std::uint64_t first, std::uint64_t count) const {
+  // Free in the file we have open says nothing if a sweep replaced it:
+  // its holders took their tokens in the file at the name.
+  for (int tries = 0; tries < 2; ++tries) {
+    int err = 0;
+    sys::shm_file* f = file(index, false, err);
+    if (!f) return err != ENOENT;
+    if (f->locked_by_other(first, count)) return true;
+    const currency c = check_current(index, f);
+    if (c != currency::replaced) return c == currency::unknown;
   }
-  return true;
+  return true;  // replaced twice while we looked: cannot tell
+}
+
+bool token_files::held_by_other(std::uint32_t h) const noexcept {
+  try {
+    return held_in(h / kHoldersPerTokenFile, kTokenBase + h, 1);
+  } catch (...) {  // out of memory: cannot tell
+    return true;
+  }
 }
 
 bool token_files::any_held_by_other(std::uint32_t records) const noexcept {
-  const std::uint32_t files = files_for(records);
   try {
-    for (std::uint32_t i = 0; i < files; ++i) {
-      bool told = false;
-      for (int tries = 0; tries < 2 && !told; ++tries) {
-        int err = 0;
-        sys::shm_file* f = file(i, false, err);
-        if (!f) {
-          if (err != ENOENT) return true;
-          told = true;
-        } else if (f->locked_by_other(kTokenBase + std::uint64_t{i} * kHoldersPerTokenFile,
-                                      kHoldersPerTokenFile)) {
-          return true;
-        } else {
-          const currency c = check_current(i, f);
-          if (c == currency::unknown) return true;
-          told = c == currency::current;
-        }
-      }
-      if (!told) return true;
-    }
+    for (std::uint32_t i = 0; i < files_for(records); ++i)
+      if (held_in(i, kTokenBase + std::uint64_t{i} * kHoldersPerTokenFile, kHoldersPerTokenFile))
+        return true;
   } catch (...) {
     return true;
   }

@@ -111,6 +111,9 @@ class token_files {
   // retired (the next file() opens the name afresh).
   enum class currency { current, replaced, unknown };
   currency check_current(std::uint32_t index, sys::shm_file* f) const;
+  // Whether another description holds a lock on [first, first + count) of
+  // file `index`, asked in the file at its name; true if that cannot be told.
+  bool held_in(std::uint32_t index, std::uint64_t first, std::uint64_t count) const;
   // A retired file stays open until this object goes: another thread of
   // ours may be asking it at this moment.
   struct retired_file {
