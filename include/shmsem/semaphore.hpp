@@ -86,7 +86,11 @@ class SHMSEM_API Semaphore {
   /// exactly one initializes it and the others wait (up to
   /// Options::open_timeout). If the segment exists with another capacity,
   /// the existing capacity stands (a warning is logged): opening never
-  /// changes the fleet's bound; use set_capacity() for that.
+  /// changes the fleet's bound; use set_capacity() for that. A shared-memory
+  /// key also reserves this process's holder record there (one of
+  /// its 4,096; kept until the process lets go of the key) and
+  /// starts the library's lifeline thread, so that the first acquire only
+  /// joins the queue; where that cannot be done, the first acquire does it.
   /// Throws std::invalid_argument for an empty key, a key with NUL, a key
   /// over 255 bytes, permits outside 1..kMaxCapacity, or a bad TTL; throws
   /// SegmentError (naming the path) when the file is not a valid segment,

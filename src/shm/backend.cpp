@@ -382,12 +382,26 @@ std::unique_ptr<backend> open(std::string_view key, int permits, const Options& 
       permits > 0 ? attachment::acquire_handle(key, permits, o.mode, o.open_timeout,
                                                o.trusted_owners, o.fencing, o.fairness)
                   : attachment::acquire_handle(key, 0, o.mode, o.open_timeout, o.trusted_owners);
+  std::unique_ptr<backend> b;
   try {
-    return std::make_unique<segment_backend>(a, true);
+    b = std::make_unique<segment_backend>(a, true);
   } catch (...) {
     attachment::release_handle(a);
     throw;
   }
+  // A process opens a key to use it: its holder record's token and its
+  // lifeline (the lifeline thread's start) are taken here, so its first
+  // acquire only joins the queue. A fleet that opens at once and then
+  // acquires at once would otherwise pay thousands of thread starts while
+  // the holders wait for a CPU to hand their seats on (docs/performance.md,
+  // "Fleets"). Best effort: the first acquire claims whatever this did not,
+  // and reports what went wrong.
+  try {
+    (void)a->claim_holder_early(sys::precise_now_ns() +
+                                std::chrono::nanoseconds(o.open_timeout).count());
+  } catch (const std::exception&) {
+  }
+  return b;
 }
 
 bool remove(std::string_view key, bool only_unused) {

@@ -469,9 +469,17 @@ TEST_F(Ownership, ADefaultAclOnDevShmIsNotInheritedBySegments) {
 // never used, and the holders take their tokens in a file of their own.
 TEST_F(Ownership, ATokenFilePlantedByAnotherUserIsNeverTrusted) {
   test::unique_key key;
-  Options o;
-  o.mode = 0644;  // readable by all, as for a monitor
-  Semaphore sem = Semaphore::open(key, 2, o);
+  // An open makes the first token file, so the segment is made by a process
+  // that then lets go; a token file in which no token is held may be swept
+  // at any time (docs/design.md, "Liveness"), and is here, so the squatter
+  // finds the name free, as it would after such a sweep.
+  test::child_process creator([&] {
+    Options o;
+    o.mode = 0644;  // readable by all, as for a monitor
+    Semaphore::open(key, 2, o);
+    return 0;
+  });
+  ASSERT_EQ(creator.wait(), 0);
   std::uint64_t nonce = 0;
   {
     const int fd = ::open(Semaphore::segment_path(key).c_str(), O_RDONLY);
@@ -483,6 +491,7 @@ TEST_F(Ownership, ATokenFilePlantedByAnotherUserIsNeverTrusted) {
   std::snprintf(name, sizeof name, "/dev/shm/shmsem-tokens.%016llx.0",
                 static_cast<unsigned long long>(nonce));
   const std::string planted = name;
+  ASSERT_EQ(::unlink(planted.c_str()), 0) << planted;
   test::child_process squatter([&] {
     if (!become(65534, 65534)) return 10;
     const int fd = ::open(planted.c_str(), O_CREAT | O_EXCL | O_RDWR, 0666);
@@ -493,6 +502,7 @@ TEST_F(Ownership, ATokenFilePlantedByAnotherUserIsNeverTrusted) {
     return 0;
   });
   ASSERT_EQ(squatter.wait(), 0);
+  Semaphore sem = Semaphore::attach(key);
   Permit p = sem.acquire(1, {.wait_timeout = 10s});
   EXPECT_TRUE(p.is_held());
   const int fd = sem.inheritable_liveness_fd();
