@@ -89,8 +89,9 @@ class SHMSEM_API Semaphore {
   /// changes the fleet's bound; use set_capacity() for that. A shared-memory
   /// key also reserves this process's holder record there (one of
   /// its 4,096; kept until the process lets go of the key) and
-  /// starts the library's lifeline thread, so that the first acquire only
-  /// joins the queue; where that cannot be done, the first acquire does it.
+  /// waits (at most 10 ms) for the library's lifeline thread to start and
+  /// take its lifeline, so that the first acquire only joins the queue;
+  /// where that cannot be done, the first acquire does it.
   /// Throws std::invalid_argument for an empty key, a key with NUL, a key
   /// over 255 bytes, permits outside 1..kMaxCapacity, or a bad TTL; throws
   /// SegmentError (naming the path) when the file is not a valid segment,

@@ -395,10 +395,15 @@ std::unique_ptr<backend> open(std::string_view key, int permits, const Options& 
   // acquires at once would otherwise pay thousands of thread starts while
   // the holders wait for a CPU to hand their seats on (docs/performance.md,
   // "Fleets"). Best effort: the first acquire claims whatever this did not,
-  // and reports what went wrong.
+  // and reports what went wrong. The open waits (at most 10 ms) for the
+  // lifeline to be armed, so that it returns with the thread started: a
+  // prefork master that forks right after it forks no thread mid-start
+  // (which ASan's allocator does not survive), and the process's death
+  // rings from its first seat on.
   try {
-    (void)a->claim_holder_early(sys::precise_now_ns() +
-                                std::chrono::nanoseconds(o.open_timeout).count());
+    const std::int64_t deadline =
+        sys::precise_now_ns() + std::chrono::nanoseconds(o.open_timeout).count();
+    attachment::await_early_lifeline(a->claim_holder_early(deadline), deadline);
   } catch (const std::exception&) {
   }
   return b;
