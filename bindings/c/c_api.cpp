@@ -459,10 +459,13 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
   shmsem_open_options v = SHMSEM_OPEN_OPTIONS_INIT;
   if (o && !read_options(o, v, kOpenOptionsV1, "shmsem_open_ex")) return SHMSEM_EINVAL;
   constexpr std::uint32_t known_flags =
-      SHMSEM_OPEN_NOCREATE | SHMSEM_OPEN_FENCING | SHMSEM_OPEN_BARGING;
+      SHMSEM_OPEN_NOCREATE | SHMSEM_OPEN_FENCING | SHMSEM_OPEN_BARGING | SHMSEM_OPEN_FIFO;
   if (v.flags & ~known_flags)
     return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) + "): unknown flags " +
                                    std::to_string(v.flags & ~known_flags));
+  if ((v.flags & SHMSEM_OPEN_BARGING) && (v.flags & SHMSEM_OPEN_FIFO))
+    return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) +
+                                   "): SHMSEM_OPEN_BARGING and SHMSEM_OPEN_FIFO together");
   if (v.session_timeout_ms < 0 || v.connect_timeout_ms < 0)
     return fail(SHMSEM_EINVAL, "shmsem: shmsem_open_ex(" + key_of(key) +
                                    "): negative session_timeout_ms or connect_timeout_ms");
@@ -484,6 +487,7 @@ int shmsem_open_ex(const char* key, uint32_t permits, const shmsem_open_options*
   if (v.connect_timeout_ms > 0) options.connect_timeout = milliseconds(v.connect_timeout_ms);
   options.fencing = (v.flags & SHMSEM_OPEN_FENCING) != 0;
   if (v.flags & SHMSEM_OPEN_BARGING) options.fairness = shmsem::Fairness::barging;
+  if (v.flags & SHMSEM_OPEN_FIFO) options.fairness = shmsem::Fairness::fifo;
   return guarded([&] {
     // Copied here: the caller's array need outlive only the call.
     if (v.trusted_owners)

@@ -653,11 +653,11 @@ last contact with Redis (None: 3).
 connect_timeout: Redis keys only: the bound in seconds on connecting and on
 each command (None: 1).
 fencing: shared memory, at creation: grants carry fencing tokens.
-fairness: shared memory, at creation: 'fifo' (None: the default; a freed seat
-goes to the first in line) or 'barging' (a running request may take a free
-seat ahead of the sleeping ones until the first in line has been first for
-1 ms). An
-existing semaphore keeps its own (a different one asked for is logged).
+fairness: shared memory, at creation: 'barging' (None: the default; a
+running request may take a free seat ahead of the sleeping ones until the
+first in line has been first for 1 ms) or 'fifo' (a freed seat goes to the
+first in line, so every wait is bounded). An existing semaphore keeps its
+own (a different one asked for is logged). Redis keys are always FIFO.
 A key that is a URL, redis://host[:port]/KEY or redis+unix:///PATH?key=KEY,
 names a semaphore kept in Redis and shared by every host that reaches it.
 Raises ValueError for a bad key (empty, NUL, over 255 bytes, a bad URL) or

@@ -26,17 +26,20 @@ inline constexpr std::chrono::milliseconds kMaxDuration{1'000'000'000};
 /// How a freed seat reaches the requests that wait for one. Stored in the
 /// segment when it is created, so that every process follows the same one.
 enum class Fairness {
-  /// Strict FIFO (the default): while anyone waits, a freed seat goes to
-  /// the first in line, and a new request (try_acquire too) queues behind.
-  /// No request is ever passed, but each handoff leaves the seat idle while
-  /// its waiter wakes up.
+  /// Strict FIFO: while anyone waits, a freed seat goes to the first in
+  /// line, and a new request (try_acquire too) queues behind. No request is
+  /// ever passed, so every wait is bounded by the queue ahead of it, but
+  /// each handoff leaves the seat idle while its waiter wakes up.
   fifo,
-  /// A running request may take a free seat ahead of the sleeping ones (as
-  /// Go's sync.Mutex in its normal mode); the first in line is woken to
-  /// compete for it. Once the first in line has been first for longer than
-  /// kStarvationBound, freed seats go to it, and to nobody else, until it
-  /// is served (Go's starvation mode); then the next one in line may be
-  /// passed for the bound in turn. Nobody starves, whatever the weights.
+  /// The default in shared memory (as Go's sync.Mutex and Java's Semaphore
+  /// default to a mode that is not FIFO): a running request may take a free
+  /// seat ahead of the sleeping ones (Go's normal mode); the first in line is
+  /// woken to compete for it. Once the first in line has been first for
+  /// longer than kStarvationBound, freed seats go to it, and to nobody else,
+  /// until it is served (Go's starvation mode); then the next one in line
+  /// may be passed for the bound in turn. Nobody starves, whatever the
+  /// weights. It keeps a fleet's seats as busy as a sem_t's, where fifo
+  /// leaves them idle for a wake-up at each handoff (docs/performance.md).
   barging,
 };
 
@@ -93,7 +96,7 @@ struct Options {
   /// unchanged. Redis grants always carry tokens.
   bool fencing = false;
   /// Shared memory only: the fairness policy of a segment this call
-  /// creates (nullopt: Fairness::fifo). An existing segment keeps its own,
+  /// creates (nullopt: Fairness::barging). An existing segment keeps its own,
   /// and a different one asked for here is logged as a warning, as a
   /// different capacity is. Redis keys are always FIFO: asking for
   /// barging on one throws std::invalid_argument.

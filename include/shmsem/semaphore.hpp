@@ -6,14 +6,15 @@
 // Seats are leases that record who holds them; a holder that dies (even by
 // SIGKILL) never leaks a seat, and a lease with a TTL lapses unless renewed.
 //
-// Ordering: waiters are served in strict FIFO order across processes. A
-// request that does not fit yet blocks every request behind it, so a large
-// request is never starved by a stream of small ones. try_acquire() does not
-// jump the queue: it fails while anyone is waiting. A semaphore created with
-// Fairness::barging (options.hpp) relaxes this for throughput: a running
-// request may pass the queue until its first in line has been first for
-// kStarvationBound; that waiter is then served before anyone else, and the
-// next one in line may be passed for the bound in turn.
+// Ordering (options.hpp, Fairness): waiters queue across processes. Under
+// Fairness::barging, the default in shared memory, a running request (an
+// acquire or a try_acquire) may pass the queue until its first in line has
+// been first for kStarvationBound; that waiter is then served before
+// anyone else, and the next one in line may be passed for the bound in
+// turn. Under Fairness::fifo (and on Redis) waiters are served in strict
+// FIFO order: a request that does not fit yet blocks every request behind
+// it, and try_acquire() fails while anyone is waiting. Under either, a
+// large request is never starved by a stream of small ones.
 //
 // A Semaphore is movable and safe to use from many threads at once. Many
 // handles to one key in one process share one mapping.
@@ -181,7 +182,7 @@ class SHMSEM_API Semaphore {
   Semaphore& operator=(const Semaphore&) = delete;
   ~Semaphore();
 
-  /// Takes n seats, all or nothing, blocking in FIFO order until they are
+  /// Takes n seats, all or nothing, blocking in the queue until they are
   /// free (under Fairness::barging, it may first pass the queue). Ends with AcquisitionError:
   /// Reason::timeout when opts.wait_timeout runs out (the wait for the segment lock counts; once
   /// queued, the call leaves the queue without the lock, except in the rare

@@ -116,11 +116,14 @@ SHMSEM_API int shmsem_open(const char* key, uint32_t permits, shmsem_sem** out);
 /* Flags of shmsem_open_options. */
 #define SHMSEM_OPEN_NOCREATE 1u /* open an existing semaphore only; permits is ignored */
 #define SHMSEM_OPEN_FENCING 2u  /* shared memory, at creation: grants carry fencing tokens */
-/* Shared memory, at creation: Fairness::barging (shmsem/options.hpp), where
- * a running request may take a free seat ahead of the sleeping ones until
- * the first in line has been first for 1 ms; without it, FIFO. A Redis key refuses
- * it (SHMSEM_EINVAL). A library older than this flag refuses it too. */
+/* Shared memory, at creation: the fairness policy (shmsem/options.hpp).
+ * Without either flag, the default: Fairness::barging, where a running
+ * request may take a free seat ahead of the sleeping ones until the first
+ * in line has been first for 1 ms. SHMSEM_OPEN_FIFO asks for strict FIFO
+ * order. Both at once is SHMSEM_EINVAL; so is SHMSEM_OPEN_BARGING on a
+ * Redis key, which is always FIFO. A library older than a flag refuses it. */
 #define SHMSEM_OPEN_BARGING 4u
+#define SHMSEM_OPEN_FIFO 8u
 
 typedef struct {
   uint32_t size;           /* sizeof(shmsem_open_options) */
@@ -195,7 +198,7 @@ typedef struct {
 #define SHMSEM_ACQUIRE_OPTIONS_INIT {sizeof(shmsem_acquire_options), 1, -1, 0, 0}
 /* clang-format on */
 
-/* Takes o->n seats, all or nothing, waiting in FIFO order across processes
+/* Takes o->n seats, all or nothing, waiting in the queue across processes
  * for up to o->wait_timeout_ms. NULL options: one seat, wait for ever, the
  * handle's default TTL and renewal. Blocks. Uncontended it makes no system
  * call. While it waits, dead holders' seats are reclaimed.

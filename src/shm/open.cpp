@@ -77,7 +77,8 @@ void initialize(sys::shm_file& f, void* base, std::string_view key, int permits,
   // nanosecond a token counts, so the tokens never run ahead of the clock.
   h->next_fence = static_cast<std::uint64_t>(std::max<std::int64_t>(1, h->created_realtime_ns));
   h->fencing = fencing ? 1 : 0;
-  h->fairness = fairness_code(fairness.value_or(Fairness::fifo));
+  // Barging unless asked: it keeps a fleet's seats busy (design.md, "Barging").
+  h->fairness = fairness_code(fairness.value_or(Fairness::barging));
   // The name of the token files and the proof of their origin (tokens.hpp).
   if (int e = sys::random_u64(h->token_nonce);
       e != 0 || (e = sys::random_u64(h->token_secret)) != 0)

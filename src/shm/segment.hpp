@@ -244,7 +244,7 @@ struct attachment final : lease_owner {
   // removing the segment (open.cpp)
   /// Attaches to `key`, creating the segment with `permits` seats when
   /// permits > 0 and it is absent, with `fencing` and `fairness` (nullopt:
-  /// fifo); an existing segment keeps its own, and a different capacity or
+  /// barging); an existing segment keeps its own, and a different capacity or
   /// fairness asked for is logged. Counts one handle. Throws SegmentError
   /// (untrusted_owner: see trust.hpp), std::invalid_argument.
   static attachment* acquire_handle(std::string_view key, int permits, mode_t mode,

@@ -360,11 +360,18 @@ static void open_options_default_ttl_and_nocreate(void) {
   CHECK_RC(shmsem_open_ex(key("barging"), 1, &oo, &t), SHMSEM_OK);
   CHECK_RC(shmsem_is_barging(t), 1);
   shmsem_close(t);
-  oo.flags = 0; /* asks for fifo: gets the stored barging */
+  oo.flags = SHMSEM_OPEN_FIFO; /* asks for fifo: gets the stored barging */
   CHECK_RC(shmsem_open_ex(key("barging"), 1, &oo, &t), SHMSEM_OK);
   CHECK_RC(shmsem_is_barging(t), 1);
   shmsem_close(t);
-  CHECK_RC(shmsem_is_barging(s), 0);
+  CHECK_RC(shmsem_open_ex(key("fifo"), 1, &oo, &t), SHMSEM_OK);
+  CHECK_RC(shmsem_is_barging(t), 0);
+  shmsem_close(t);
+  shmsem_remove(key("fifo"));
+  oo.flags = SHMSEM_OPEN_FIFO | SHMSEM_OPEN_BARGING;
+  CHECK_RC(shmsem_open_ex(key("both"), 1, &oo, &t), SHMSEM_EINVAL);
+  CHECK(strstr(shmsem_last_error(), "together") != NULL);
+  CHECK_RC(shmsem_is_barging(s), 1); /* no flag: the default */
   CHECK_RC(shmsem_is_barging(NULL), SHMSEM_EINVAL);
   /* Shared memory can do everything but fencing, which `s` was not opened with. */
   CHECK_RC(shmsem_capabilities(s), SHMSEM_CAP_READS_WITHOUT_IO | SHMSEM_CAP_BARGING |

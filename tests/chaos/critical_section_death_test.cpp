@@ -73,7 +73,7 @@ TEST_P(DeathInCriticalSection, SegmentStaysConsistent100TimesInARow) {
 // it as expired, as its holder is told, and not as reaped.
 TEST(DeathInCriticalSection, ExpiryCutShortIsCountedAsExpired) {
   test::unique_key key("mid_expiry");
-  Semaphore sem = Semaphore::open(key, 2);
+  Semaphore sem = Semaphore::open(key, 2, test::fifo());
   for (int round = 0; round < 5; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     Permit lapsing = sem.acquire(1, {.ttl = 5ms});
@@ -112,7 +112,7 @@ TEST(DeathInCriticalSection, ExpiryCutShortIsCountedAsExpired) {
 // seat, and no seat stays held by nobody's permit.
 TEST(DeathInCriticalSection, HandoffCutShortIsFinishedForTheWaiter) {
   test::unique_key key("mid_handoff");
-  Semaphore sem = Semaphore::open(key, 1);
+  Semaphore sem = Semaphore::open(key, 1, test::fifo());
   for (int round = 0; round < 20; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     test::pipe_channel held, go, got;
@@ -154,7 +154,7 @@ TEST(DeathInCriticalSection, HandoffCutShortIsFinishedForTheWaiter) {
 // queued, where it could never fit and would block everyone behind it.
 TEST(DeathInCriticalSection, RejectionCutShortIsFinishedForTheWaiter) {
   test::unique_key key("mid_reject");
-  Semaphore sem = Semaphore::open(key, 2);
+  Semaphore sem = Semaphore::open(key, 2, test::fifo());
   Permit mine = sem.acquire(1);
   // Not while the lifeline thread that the acquire started may still be
   // starting (docs/testing.md, on fork).

@@ -80,7 +80,7 @@ class Doorbell : public ::testing::Test {
 test::child_process holder(const std::string& key, int capacity, test::pipe_channel& ready,
                            std::function<void()> then) {
   return test::child_process([key, capacity, &ready, then] {
-    Semaphore s = Semaphore::open(key, capacity);
+    Semaphore s = Semaphore::open(key, capacity, test::fifo());
     Permit p = s.acquire();
     ready.send('h');
     then();
@@ -116,7 +116,7 @@ TEST_F(Doorbell, AKilledHoldersSeatReachesABlockedWaiterWithoutATick) {
 TEST_F(Doorbell, AProcessHoldsItsFirstSeatWithItsLifelineArmed) {
   for (int i = 0; i < 50; ++i) {
     test::child_process first([k = key.str()] {
-      Semaphore s = Semaphore::open(k, 1);
+      Semaphore s = Semaphore::open(k, 1, test::fifo());
       Permit p = s.acquire();
       const std::string how = s.snapshot().death_wakeup;
       if (how.find("without a lifeline") != std::string::npos) {

@@ -96,7 +96,7 @@ class DeathInFastPath : public ::testing::TestWithParam<point> {};
 TEST_P(DeathInFastPath, SeatsAreRecountedAndNothingLeaks100TimesInARow) {
   const point p = GetParam();
   test::unique_key key(detail::testing::point_name(p));
-  Semaphore sem = Semaphore::open(key, 4);
+  Semaphore sem = Semaphore::open(key, 4, test::fifo());
   Permit mine = fast_permit(sem);  // a survivor's lease must outlive every recount
   std::int64_t size_after_first = 0;
   for (int round = 0; round < 100; ++round) {
@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(AtEachWindow, DeathInFastPath,
 // process continues, the next reap recounts.
 TEST(DeathInFastPath, RecountWaitsForAStoppedThreadWithoutHangingThenFinishes) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 4);
+  Semaphore sem = Semaphore::open(key, 4, test::fifo());
   test::pipe_channel got, release;
   test::child_process stopper([&] { return stop_in_fast_acquire(key.str(), got, release); });
   ASSERT_TRUE(test::eventually([&] { return test::is_stopped(stopper.pid()); }));
@@ -175,7 +175,7 @@ TEST(DeathInFastPath, RecountWaitsForAStoppedThreadWithoutHangingThenFinishes) {
 TEST(DeathInFastPath, DeadHoldersWaitForTheRecountsBackoffWhileAThreadIsStopped) {
   constexpr int kDead = 8;
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, kDead);
+  Semaphore sem = Semaphore::open(key, kDead, test::fifo());
   test::pipe_channel got, release;
   test::child_process stopper([&] { return stop_in_fast_acquire(key.str(), got, release); });
   ASSERT_TRUE(test::eventually([&] { return test::is_stopped(stopper.pid()); }));
@@ -255,7 +255,8 @@ class StoppedAfterRelease : public ::testing::Test {
     EXPECT_TRUE(test::stats_add_up(sem));
   }
 
-  explicit StoppedAfterRelease(int capacity = 1) : sem(Semaphore::open(key, capacity)) {}
+  explicit StoppedAfterRelease(int capacity = 1)
+      : sem(Semaphore::open(key, capacity, test::fifo())) {}
 
   test::unique_key key;
   Semaphore sem;
@@ -308,7 +309,7 @@ TEST_F(StoppedAfterReleaseWithACaller, AnyLockedCallServesTheHeadWaiter) {
 // and leaves it; the holder's release, once continued, succeeds.
 TEST(DeathInFastPath, ReleaseCaughtBetweenItsTwoCasesWinsAgainstForceRelease) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 2);
+  Semaphore sem = Semaphore::open(key, 2, test::fifo());
   test::pipe_channel result;
   test::child_process holder([&] {
     Semaphore s = Semaphore::attach(key.str());

@@ -23,7 +23,7 @@ using clk = std::chrono::steady_clock;
 
 TEST(HolderKilled, WaiterInAnotherProcessGetsTheSeatOfAKilledHolder) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 2);
+  Semaphore sem = Semaphore::open(key, 2, test::fifo());
   test::seat_holder holder(key.str(), 2, 2);
   test::pipe_channel waiting;
   test::child_process waiter([&] {
@@ -47,7 +47,7 @@ TEST(HolderKilled, WaiterInAnotherProcessGetsTheSeatOfAKilledHolder) {
 
 TEST(HolderKilled, BlockedThreadOfThisProcessProceeds) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 1);
+  Semaphore sem = Semaphore::open(key, 1, test::fifo());
   test::seat_holder holder(key.str(), 1, 1);
   bool got = false;
   std::thread waiter([&] { got = sem.acquire(1, {.wait_timeout = 20s}).is_held(); });
@@ -65,7 +65,7 @@ TEST(HolderKilled, BlockedThreadOfThisProcessProceeds) {
 // and a try does not stand behind a dead waiter.
 TEST(HolderKilled, ADeadHeadWaiterDoesNotKeepFreeSeatsFromATry) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 3);
+  Semaphore sem = Semaphore::open(key, 3, test::fifo());
   test::pipe_channel go;
   test::child_process big([&] {
     Semaphore s = Semaphore::attach(key.str());
@@ -88,7 +88,7 @@ TEST(HolderKilled, ADeadHeadWaiterDoesNotKeepFreeSeatsFromATry) {
 // would find it again): the dead waiter is reaped, and the seat stays free.
 TEST(HolderKilled, ASeatIsNotHandedToAWaiterWhoseProcessExited) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 1);
+  Semaphore sem = Semaphore::open(key, 1, test::fifo());
   test::pipe_channel go, queued;
   test::child_process quitter([&] {
     Semaphore s = Semaphore::attach(key.str());
@@ -117,7 +117,7 @@ TEST(HolderKilled, ASeatIsNotHandedToAWaiterWhoseProcessExited) {
 
 TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 1);
+  Semaphore sem = Semaphore::open(key, 1, test::fifo());
   test::seat_holder holder(key.str(), 1, 1);
   ASSERT_EQ(sem.holders().size(), 1u);
   EXPECT_EQ(sem.holders()[0].state, HolderState::alive);
@@ -132,7 +132,7 @@ TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {
 
 TEST(HolderKilled, ZombieHolderNotYetWaitedForIsDead) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 1);
+  Semaphore sem = Semaphore::open(key, 1, test::fifo());
   test::seat_holder holder(key.str(), 1, 1);
   ::kill(holder.proc.pid(), SIGKILL);  // not waited for: it stays a zombie
   // The leader shows 'Z' as soon as its own thread has exited, while the

@@ -77,7 +77,7 @@ TEST(LapsedGrant, IsNotHandedOutAndTheWaiterQueuesFirstAgain) {
     p.release();
     return 0;
   });
-  Semaphore sem = Semaphore::open(key, 1);
+  Semaphore sem = Semaphore::open(key, 1, test::fifo());
   Permit mine = sem.acquire();
   go.send();
   ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));
@@ -135,7 +135,7 @@ TEST(LapsedGrant, ACancelledWaiterNeverEndsTheLeaseNowInItsSlot) {
     a_up.send(outcome);
     return 0;
   });
-  Semaphore sem = Semaphore::open(key, 1);
+  Semaphore sem = Semaphore::open(key, 1, test::fifo());
   Permit mine = sem.acquire();
   go.send();
   ASSERT_TRUE(test::eventually([&] { return sem.waiters() == 1; }));

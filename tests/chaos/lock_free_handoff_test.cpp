@@ -92,7 +92,7 @@ class LockFreeHandoff : public ::testing::Test {
   }
 
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 1);
+  Semaphore sem = Semaphore::open(key, 1, test::fifo());
   test::pipe_channel w_go, w_up, l_go;
   test::child_process waiter{[this] { return wait_for_seat(key.str(), w_go, w_up); }};
   test::child_process locker{[this] { return lock_and_stop(key.str(), l_go); }};
@@ -159,7 +159,7 @@ TEST_F(LockFreeHandoff, AQueuedAcquireWhoseBudgetRunsOutLeavesWhileAStoppedProce
 // would stay in the queue and be counted as a waiter.
 TEST(LockFreeHandoffFlags, AReleaseToTheQueueKeepsAGiveUpForTheLockHolder) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 2);
+  Semaphore sem = Semaphore::open(key, 2, test::fifo());
   test::pipe_channel h_go, h_up, l_go, i_go, i_up;
   // Forked before this process acquires (see docs/testing.md on fork).
   test::child_process head([&] {

@@ -62,7 +62,7 @@ TEST(LockSafety, AFullDevShmCostsNoFreeSeatItsLease) {
       return kSkipped;
     }
     const std::string key = "fault.handoff";
-    Semaphore sem = Semaphore::open(key, 2);
+    Semaphore sem = Semaphore::open(key, 2, test::fifo());
     sem.acquire().release();       // this thread now acquires without the lock
     Permit both = sem.acquire(2);  // lock-free, from its reserve of slots
     test::fill_file_system("/dev/shm/filler");
@@ -151,7 +151,7 @@ void fail_to_repair(detail::testing::point p, std::string_view) {
 
 TEST(LockSafety, ARepairThatFailsReleasesTheLockAndTheNextLockerRepairs) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 2);
+  Semaphore sem = Semaphore::open(key, 2, test::fifo());
   test::child_process dies([&] {
     Semaphore s = Semaphore::attach(key);
     detail::testing::set_hook(die_when_locked);
@@ -195,7 +195,7 @@ void stop_when_locked(detail::testing::point p, std::string_view) {
 
 TEST(LockSafety, CallsThatPromisedNotToWaitDoNotWaitForAStoppedLockHolder) {
   test::unique_key key;
-  Semaphore sem = Semaphore::open(key, 2);
+  Semaphore sem = Semaphore::open(key, 2, test::fifo());
   test::pipe_channel done;
   test::child_process stopped([&] {
     Semaphore s = Semaphore::attach(key);

@@ -25,7 +25,7 @@ using test::unique_key;
 
 TEST(CrashRecovery, TryAcquireReclaimsTheSeatOfAKilledHolder) {
   unique_key k;
-  auto s = Semaphore::open(k, 1);
+  auto s = Semaphore::open(k, 1, test::fifo());
   test::seat_holder c(k.str(), 1, 1);
   EXPECT_FALSE(s.try_acquire().has_value());
   c.proc.kill(SIGKILL);
@@ -37,7 +37,7 @@ TEST(CrashRecovery, TryAcquireReclaimsTheSeatOfAKilledHolder) {
 
 TEST(CrashRecovery, ReapReclaimsAZombieHoldersSeat) {
   unique_key k;
-  auto s = Semaphore::open(k, 2);
+  auto s = Semaphore::open(k, 2, test::fifo());
   test::seat_holder c(k.str(), 2, 2);
   ::kill(c.proc.pid(), SIGKILL);
   // Not waited for yet: a zombie, whose PID still answers kill(pid, 0).
@@ -49,7 +49,7 @@ TEST(CrashRecovery, ReapReclaimsAZombieHoldersSeat) {
 
 TEST(CrashRecovery, BlockedWaiterGetsTheSeatSoonAfterTheHolderDies) {
   unique_key k;
-  auto s = Semaphore::open(k, 1);
+  auto s = Semaphore::open(k, 1, test::fifo());
   test::seat_holder c(k.str(), 1, 1);
   std::chrono::steady_clock::time_point killed;
   std::thread killer([&] {
@@ -70,11 +70,11 @@ TEST(CrashRecovery, BlockedWaiterGetsTheSeatSoonAfterTheHolderDies) {
 
 TEST(CrashRecovery, WaiterOfAnotherProcessProceedsAfterAKill) {
   unique_key k;
-  auto s = Semaphore::open(k, 1);
+  auto s = Semaphore::open(k, 1, test::fifo());
   test::seat_holder h(k.str(), 1, 1);
   pipe_channel waiting, got;
   child_process waiter([&] {
-    auto s2 = Semaphore::open(k, 1);
+    auto s2 = Semaphore::open(k, 1, test::fifo());
     waiting.send('w');
     auto p = s2.acquire(1, {.wait_timeout = 30s});
     got.send('g');
@@ -92,14 +92,14 @@ TEST(CrashRecovery, WaiterOfAnotherProcessProceedsAfterAKill) {
 
 TEST(CrashRecovery, DeadWaiterDoesNotBlockTheQueue) {
   unique_key k;
-  auto s = Semaphore::open(k, 2);
+  auto s = Semaphore::open(k, 2, test::fifo());
   auto mine = s.acquire(2);
   // Not while the lifeline thread that the acquire started may still be
   // starting (docs/testing.md, on fork).
   ASSERT_TRUE(test::eventually(test::other_threads_parked));
   pipe_channel waiting;
   child_process dead_waiter([&] {
-    auto s2 = Semaphore::open(k, 2);
+    auto s2 = Semaphore::open(k, 2, test::fifo());
     waiting.send('w');
     s2.acquire(2);
     return 0;
@@ -119,12 +119,12 @@ TEST(CrashRecovery, DeadWaiterDoesNotBlockTheQueue) {
 // all die at once, the waiters behind them must still notice.
 TEST(CrashRecovery, HolderHeadAndSecondDyingTogetherDoNotStallTheQueue) {
   unique_key k;
-  auto s = Semaphore::open(k, 1);
+  auto s = Semaphore::open(k, 1, test::fifo());
   test::seat_holder holder(k.str(), 1, 1);
   std::vector<child_process> doomed;
   for (int i = 0; i < 2; ++i) {
     doomed.emplace_back([&] {
-      Semaphore::open(k, 1).acquire();
+      Semaphore::open(k, 1, test::fifo()).acquire();
       return 0;
     });
     ASSERT_TRUE(test::eventually([&] { return s.waiters() == i + 1; }));
@@ -152,13 +152,13 @@ void die_in(detail::testing::point p, std::string_view) {
 
 TEST(CrashRecovery, OwnerDeathInsideTheLockIsRepaired) {
   unique_key k;
-  auto s = Semaphore::open(k, 3);
+  auto s = Semaphore::open(k, 3, test::fifo());
   auto mine = s.acquire();
   // Not while the lifeline thread that the acquire started may still be
   // starting (docs/testing.md, on fork).
   ASSERT_TRUE(test::eventually(test::other_threads_parked));
   child_process c([&] {
-    auto s2 = Semaphore::open(k, 3);
+    auto s2 = Semaphore::open(k, 3, test::fifo());
     detail::testing::set_hook(die_in);
     s2.acquire(2);  // dies holding the lock, halfway through the grant
     return 1;
@@ -181,11 +181,11 @@ TEST(CrashRecovery, CreatorKilledDuringInitializationIsRedone) {
   unique_key k;
   child_process c([&] {
     detail::testing::set_hook(die_initializing);
-    Semaphore::open(k, 4);
+    Semaphore::open(k, 4, test::fifo());
     return 1;
   });
   EXPECT_EQ(c.wait(), 128 + SIGKILL);
-  auto s = Semaphore::open(k, 2);  // re-initializes; no hang
+  auto s = Semaphore::open(k, 2, test::fifo());  // re-initializes; no hang
   EXPECT_EQ(s.capacity(), 2);
   auto p = s.acquire(2);
   EXPECT_EQ(s.used(), 2);
@@ -193,7 +193,7 @@ TEST(CrashRecovery, CreatorKilledDuringInitializationIsRedone) {
 
 TEST(CrashRecovery, ReusedPidDoesNotKeepADeadHoldersSeat) {
   unique_key k;
-  auto s = Semaphore::open(k, 1);
+  auto s = Semaphore::open(k, 1, test::fifo());
   test::seat_holder h(k.str(), 1, 1);
   const pid_t dead_pid = h.proc.pid();
   h.proc.kill(SIGKILL);
@@ -207,7 +207,7 @@ TEST(CrashRecovery, ReusedPidDoesNotKeepADeadHoldersSeat) {
 
 TEST(CrashRecovery, LiveHolderIsNeverReaped) {
   unique_key k;
-  auto s = Semaphore::open(k, 1);
+  auto s = Semaphore::open(k, 1, test::fifo());
   test::seat_holder h(k.str(), 1, 1);
   EXPECT_EQ(s.reap(), 0);
   EXPECT_FALSE(s.try_acquire().has_value());

@@ -69,18 +69,22 @@ TEST(Fairness, IsChosenByTheCreatorAndKeptByEveryLaterOpen) {
   EXPECT_EQ(other.snapshot().fairness, Fairness::barging);
   EXPECT_EQ(Semaphore::attach(key).snapshot().fairness, Fairness::barging);
   EXPECT_EQ(Semaphore::inspect(key).fairness, Fairness::barging);
-  test::unique_key plain;
-  EXPECT_EQ(Semaphore::open(plain, 1).fairness(), Fairness::fifo);
-  EXPECT_EQ(Semaphore::open(plain, 1).snapshot().fairness, Fairness::fifo);
+  test::unique_key plain, ordered;
+  EXPECT_EQ(Semaphore::open(plain, 1).fairness(), Fairness::barging);
+  EXPECT_EQ(Semaphore::open(plain, 1).snapshot().fairness, Fairness::barging);
+  EXPECT_EQ(Semaphore::open(ordered, 1, with(Fairness::fifo)).fairness(), Fairness::fifo);
+  EXPECT_EQ(Semaphore::inspect(ordered).fairness, Fairness::fifo);
   EXPECT_STREQ(to_string(Fairness::barging), "barging");
   EXPECT_STREQ(to_string(Fairness::fifo), "fifo");
 }
 
-TEST(Fairness, FifoIsTheDefaultOnEitherBackend) {
+// Barging where the backend can barge (shared memory), else FIFO.
+TEST(Fairness, TheDefaultIsBargingWhereTheBackendCanBarge) {
   test::unique_key key;
   auto sem = Semaphore::open(key, 1);
-  EXPECT_EQ(sem.fairness(), Fairness::fifo);
-  EXPECT_EQ(sem.snapshot().fairness, Fairness::fifo);
+  const Fairness expected = sem.capabilities().barging ? Fairness::barging : Fairness::fifo;
+  EXPECT_EQ(sem.fairness(), expected);
+  EXPECT_EQ(sem.snapshot().fairness, expected);
 }
 
 TEST(Fairness, AnUnknownPolicyOrBargingOnRedisIsRejected) {

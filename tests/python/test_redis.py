@@ -148,7 +148,8 @@ def test_fairness_is_chosen_at_creation(make_key):
     sem = shmsem.Semaphore(key, 2, fairness="barging")
     assert sem.fairness == "barging"
     assert shmsem.Semaphore(key, 2, fairness="fifo").fairness == "barging"
-    assert shmsem.Semaphore(make_key("plain"), 1).fairness == "fifo"
+    assert shmsem.Semaphore(make_key("plain"), 1).fairness == "barging"
+    assert shmsem.Semaphore(make_key("ordered"), 1, fairness="fifo").fairness == "fifo"
     with pytest.raises(ValueError, match="fairness"):
         shmsem.Semaphore(make_key("bad"), 1, fairness="fast")
 

@@ -14,6 +14,15 @@
 
 namespace shmsem::test {
 
+/// Options that create a semaphore in strict FIFO order, for the tests
+/// whose point is the queue's order or a handoff to the first in line: the
+/// default (Fairness::barging) lets a running request pass a sleeping one.
+inline Options fifo() {
+  Options o;
+  o.fairness = Fairness::fifo;
+  return o;
+}
+
 /// A key no other test (or parallel ctest process) uses:
 /// "test.<pid>.<counter>.<gtest name>[.<tag>]". Removed on destruction.
 /// When the suite runs on Redis ($SHMSEM_TEST_BACKEND), the key is that

@@ -1023,9 +1023,11 @@ TEST(ShmsemAdmin, CreateStoresTheFairnessAndInfoShowsIt) {
   EXPECT_EQ(r.status, 5);
   EXPECT_NE(r.err.find("exists with fairness barging"), std::string::npos) << r.err;
   EXPECT_EQ(shmsem_cli({"create", key.str(), "-p", "2", "--fairness", "fast"}).status, 2);
-  unique_key plain;
+  unique_key plain, ordered;
   ASSERT_EQ(shmsem_cli({"create", plain.str(), "-p", "1"}).status, 0);
-  EXPECT_EQ(parsed(shmsem_cli({"info", plain.str(), "--json"}))["fairness"], "fifo");
+  EXPECT_EQ(parsed(shmsem_cli({"info", plain.str(), "--json"}))["fairness"], "barging");
+  ASSERT_EQ(shmsem_cli({"create", ordered.str(), "-p", "1", "--fairness", "fifo"}).status, 0);
+  EXPECT_EQ(parsed(shmsem_cli({"info", ordered.str(), "--json"}))["fairness"], "fifo");
 }
 
 TEST(ShmsemAdmin, ResizeChangesTheCapacity) {

@@ -644,7 +644,7 @@ TEST(Semaphore, ShutdownEndsWaitsAndKeepsHeldPermits) {
 
 TEST(Semaphore, FifoAdmitsALargeRequestDespiteSmallOnes) {
   unique_key k;
-  auto s = Semaphore::open(k, 4);
+  auto s = Semaphore::open(k, 4, test::fifo());
   auto a = s.acquire();
   auto big = std::async(std::launch::async, [&] { return s.acquire(4, {.wait_timeout = 30s}); });
   ASSERT_TRUE(eventually([&] { return s.waiters() == 1; }));

@@ -275,8 +275,8 @@ void add_admin_commands(CLI::App& app, int& result) {
         ->check(CLI::Range(1, 1'000'000));
     cmd->add_option("--mode", a->mode, "File mode, octal (default 0600; 0660 shares with group)");
     cmd->add_option("--fairness", a->fairness,
-                    "fifo (default: a freed seat goes to the first in line) or barging "
-                    "(running requests may pass the queue for up to 1 ms)")
+                    "barging (default: running requests may pass the queue for up to 1 ms) "
+                    "or fifo (a freed seat goes to the first in line)")
         ->check(CLI::IsMember({"fifo", "barging"}));
     add_trust_option(cmd, trust->trusted_owners);
     cmd->callback([a, trust, &result] {

@@ -24,9 +24,9 @@ export interface SemaphoreServiceOptions {
   defaults?: ServiceDefaults;
   /** Shared memory: semaphores this service creates give grants fencing tokens. */
   fencing?: boolean;
-  /** Shared memory: the policy of semaphores this service creates ('fifo', the default,
-   * or 'barging': a running request may pass the sleeping ones for up to 1 ms). A Redis
-   * key refuses 'barging'. */
+  /** Shared memory: the policy of semaphores this service creates ('barging', the
+   * default: a running request may pass the sleeping ones for up to 1 ms; or 'fifo':
+   * strict order, every wait bounded). A Redis key is always FIFO and refuses 'barging'. */
   fairness?: 'fifo' | 'barging';
   /** Where lost seats and stopped renewals are reported. Default: console. */
   logger?: { warn(message: string): void };

@@ -10,6 +10,7 @@ const errors = require('./errors');
 const OPEN_NOCREATE = 1;
 const OPEN_FENCING = 2;
 const OPEN_BARGING = 4;
+const OPEN_FIFO = 8;
 
 // What the addon wrote about the last grant it handed over, read at once:
 // a Uint32Array (permit id low and high 32 bits, fencing token low and
@@ -203,7 +204,7 @@ class SemaphoreService {
       if (o.fairness !== 'fifo' && o.fairness !== 'barging') {
         throw args.typeError('options.fairness', "'fifo' or 'barging'", o.fairness);
       }
-      if (o.fairness === 'barging') this.#openFlags |= OPEN_BARGING;
+      this.#openFlags |= o.fairness === 'barging' ? OPEN_BARGING : OPEN_FIFO;
     }
     this.logger = o.logger !== undefined ? o.logger : console;
     if (this.logger === null || typeof this.logger.warn !== 'function') {

@@ -212,6 +212,8 @@ test('a seat granted as the service shuts down is given back', async (t) => {
 test('fencing and fairness shape the semaphores the service creates', async (t) => {
   const key = uniqueKey(t);
   const barging = uniqueKey(t);
+  const ordered = uniqueKey(t);
+  const plain = uniqueKey(t);
   const native = require('../lib/native');
   const fenced = new SemaphoreService({ fencing: true });
   const a = await fenced.acquire(key, 2);
@@ -224,6 +226,14 @@ test('fencing and fairness shape the semaphores the service creates', async (t) 
   const probe = new native.Semaphore(barging, 1, 1);
   t.after(() => probe.close());
   assert.equal(probe.isBarging(), true);
+  // fifo is asked for; without fairness, the default is barging.
+  await (await new SemaphoreService({ fairness: 'fifo' }).acquire(ordered, 1)).release();
+  await (await new SemaphoreService().acquire(plain, 1)).release();
+  for (const [key_, barges] of [[ordered, false], [plain, true]]) {
+    const made = new native.Semaphore(key_, 1, 1);
+    t.after(() => made.close());
+    assert.equal(made.isBarging(), barges, key_);
+  }
   assert.throws(() => new SemaphoreService({ fairness: 'fair' }), TypeError);
   assert.throws(() => new SemaphoreService({ fencing: 'yes' }), TypeError);
 });
