@@ -45,12 +45,12 @@ using namespace std::chrono_literals;
 
 constexpr int kFleetCapacity = 8;
 constexpr auto kHold = 1ms;
-constexpr Impl kFleetImpls[] = {Impl::shmsem, Impl::posix_sem, Impl::sysv_undo};
-// The long-lived workers also run with barging: on a VM whose wake-ups are
-// slow, fifo's handoff to a sleeper leaves the seats idle, and barging is
-// the remedy a fleet can choose (docs/performance.md, "Fleets").
-constexpr Impl kFleetWorkerImpls[] = {Impl::shmsem, Impl::shmsem_barging, Impl::posix_sem,
-                                      Impl::sysv_undo};
+// Every row runs both policies: barging, the default (a running request
+// takes a freed seat, as the peers' callers do), and fifo, chosen for its
+// bounded waits, whose handoff to a sleeper leaves the seat idle while the
+// sleeper wakes (docs/performance.md, "Fleets").
+constexpr Impl kFleetImpls[] = {Impl::shmsem, Impl::shmsem_barging, Impl::posix_sem,
+                                Impl::sysv_undo};
 
 struct WorkerFigures {
   std::atomic<std::int64_t> grants{0};
@@ -148,9 +148,12 @@ void BM_FleetHerdOpen(State& state, Impl impl, int processes) {
     const std::string name = "/" + unique_name("herd");
     std::optional<ScopedKey> key;
     std::optional<shmsem::Semaphore> keeper;
-    if (impl == Impl::shmsem) {
+    const bool ours = impl == Impl::shmsem || impl == Impl::shmsem_barging;
+    if (ours) {
+      shmsem::Options made;
+      made.fairness = impl == Impl::shmsem ? shmsem::Fairness::fifo : shmsem::Fairness::barging;
       key.emplace("herd");
-      keeper.emplace(shmsem::Semaphore::open(key->str(), kFleetCapacity));
+      keeper.emplace(shmsem::Semaphore::open(key->str(), kFleetCapacity, made));
     } else {
       sem_t* s = ::sem_open(name.c_str(), O_CREAT | O_EXCL, 0600, kFleetCapacity);
       if (s == SEM_FAILED) {
@@ -169,7 +172,7 @@ void BM_FleetHerdOpen(State& state, Impl impl, int processes) {
         start.close_write();  // else the start pipe would never reach EOF
         ready.send();
         start.receive(300s);  // returns at EOF: the start signal
-        if (impl == Impl::shmsem) {
+        if (ours) {
           auto sem = shmsem::Semaphore::open(key->str(), kFleetCapacity);
           sem.acquire().release();
         } else {
@@ -188,7 +191,7 @@ void BM_FleetHerdOpen(State& state, Impl impl, int processes) {
     start_ns[0].store(now_ns());
     start.close_write();
     for (pid_t c : children) ok = reap_child(c, 300s) && ok;
-    if (impl != Impl::shmsem) ::sem_unlink(name.c_str());
+    if (!ours) ::sem_unlink(name.c_str());
     if (!ok) {
       state.SkipWithError("a process failed or hung (see stderr)");
       return;
@@ -207,7 +210,7 @@ void BM_FleetHerdOpen(State& state, Impl impl, int processes) {
 
 void register_fleet() {
   for (int workers : config().fleet_workers)
-    for (Impl impl : kFleetWorkerImpls)
+    for (Impl impl : kFleetImpls)
       register_process("BM_FleetWorkers/workers:" + std::to_string(workers) + "/" + impl_name(impl),
                        [=](State& s) { BM_FleetWorkers(s, impl, workers); });
   for (int processes : config().fleet_short_lived)
@@ -216,7 +219,7 @@ void register_fleet() {
           "BM_FleetShortLived/procs:" + std::to_string(processes) + "/" + impl_name(impl),
           [=](State& s) { BM_FleetShortLived(s, impl, processes); });
   for (int processes : config().fleet_herd)
-    for (Impl impl : {Impl::shmsem, Impl::posix_sem})
+    for (Impl impl : {Impl::shmsem, Impl::shmsem_barging, Impl::posix_sem})
       register_process(
           "BM_FleetHerdOpen/procs:" + std::to_string(processes) + "/" + impl_name(impl),
           [=](State& s) { BM_FleetHerdOpen(s, impl, processes); });

@@ -157,12 +157,10 @@ class ShmsemContender final : public Contender {
  public:
   ShmsemContender(const std::string& key, int capacity, shmsem::Fairness fairness)
       : sem_(shmsem::Semaphore::open(key, capacity, with_fairness(fairness))) {
-    // The policy is the creator's: a segment made fifo would measure fifo
-    // under barging's name. Only barging is checked, because the
-    // short-lived fleet rows time plain shmsem's open and a snapshot is
-    // not free.
-    if (fairness == shmsem::Fairness::fifo) return;
-    if (const shmsem::Fairness made = sem_.snapshot().fairness; made != fairness)
+    // The policy is the creator's: a segment made with the other one would
+    // be measured under this one's name. fairness() reads the segment's
+    // header, so the short-lived rows, which time the open, pay no more.
+    if (const shmsem::Fairness made = sem_.fairness(); made != fairness)
       throw std::runtime_error(key + " was created with fairness " + shmsem::to_string(made));
   }
   void acquire() override { held_ = sem_.acquire(1); }

@@ -4,8 +4,9 @@
 //   sysv_undo  a System V semaphore, every semop with SEM_UNDO
 //   boost_ipc  boost::interprocess::interprocess_semaphore in a MAP_SHARED mapping
 //   flock      flock(2) on a file in /dev/shm (a lock: capacity 1 only)
-// and shmsem in its second fairness policy:
-//   shmsem_barging  a segment created with Fairness::barging
+// and shmsem in both fairness policies:
+//   shmsem          a segment created with Fairness::fifo
+//   shmsem_barging  a segment created with Fairness::barging (the default)
 //
 // The concrete classes serve the single-thread hot-path cases, where a
 // virtual call would be a measurable share of a 15 ns operation. The
@@ -24,10 +25,10 @@
 namespace shmsem_bench {
 
 enum class Impl { shmsem, shmsem_barging, posix_sem, sysv_undo, boost_ipc, flock };
-/// shmsem and its peers, as the cross-process cases compare them. Barging
-/// is left out: it only changes who gets a contended seat, so it runs only
-/// in the cases that contend (contended.cpp); the others would measure
-/// plain shmsem twice.
+/// shmsem and its peers, as the cross-process cases compare them. The
+/// shmsem of these cases is fifo (Impl::shmsem); barging, the default, only
+/// changes who gets a contended seat, so it runs only in the cases that
+/// contend (contended.cpp, fleet.cpp).
 inline constexpr Impl kAllImpls[] = {Impl::shmsem, Impl::posix_sem, Impl::sysv_undo,
                                      Impl::boost_ipc, Impl::flock};
 
