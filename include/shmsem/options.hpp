@@ -38,7 +38,7 @@ enum class Fairness {
   /// longer than kStarvationBound, freed seats go to it, and to nobody else,
   /// until it is served (Go's starvation mode); then the next one in line
   /// may be passed for the bound in turn. Nobody starves, whatever the
-  /// weights. It keeps a fleet's seats as busy as a sem_t's, where fifo
+  /// weights. It keeps a fleet's seats about as busy as a sem_t's, where fifo
   /// leaves them idle for a wake-up at each handoff (docs/performance.md).
   barging,
 };
