@@ -32,14 +32,20 @@ std::string plain_key(std::string_view key) {
   return std::string(key);
 }
 
-// Runs argv, returns its standard output (and its exit status in *status).
-std::string capture(const std::vector<std::string>& argv, int* status = nullptr) {
-  // Made before the fork: the child of a threaded process (the library's
-  // threads, a test's own) must not allocate, since another thread may
-  // have held the allocator's lock at the fork (it hung under ASan).
+// execvp's argument array over `argv`, made before a fork: the child of a
+// threaded process (the library's threads, a test's own) must not
+// allocate, since another thread may have held the allocator's lock at the
+// fork (it hung under ASan).
+std::vector<char*> exec_args(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  return args;
+}
+
+// Runs argv, returns its standard output (and its exit status in *status).
+std::string capture(const std::vector<std::string>& argv, int* status = nullptr) {
+  const std::vector<char*> args = exec_args(argv);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   const pid_t pid = ::fork();
@@ -171,10 +177,7 @@ void redis_server::start() {
       args.insert(args.end(), {"--cluster-enabled", "yes", "--cluster-config-file",
                                dir_ + "/nodes.conf", "--cluster-node-timeout", "5000"});
     args.insert(args.end(), o_.extra.begin(), o_.extra.end());
-    // Made before the fork, as in capture().
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    const std::vector<char*> argv = exec_args(args);
     const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
