@@ -24,6 +24,9 @@ int Semaphore::inheritable_liveness_fd() const {
     throw std::logic_error("shmsem: inheritable_liveness_fd() of '" + a.key +
                            "': this process has not acquired through this key, so it holds no "
                            "liveness token yet");
+  // Before the descriptor exists: from now on this process's exit does not
+  // end its seats, the tree's does (attachment::exiting_alone()).
+  a.holders[self].token_shared.store(1, std::memory_order_release);
   const int fd = a.tokens->dup_description(self);
   if (fd < 0)
     throw std::system_error(

@@ -80,7 +80,10 @@
 //   death of the process, and exec) the kernel marks the word
 //   FUTEX_OWNER_DIED. Reading the word is a load; only a lifeline that
 //   reads dead (or a holder without one) costs a probe of the token, and
-//   the token decides. A process takes its token before the segment lock:
+//   the token decides, but for one case: a token still held, of a process
+//   that kept it to itself (token_shared clear) and whose every thread is
+//   exiting, says only that the kernel has not closed its files yet; the
+//   process is gone. A process takes its token before the segment lock:
 //   it reserves a free holder record by CAS (holder_state) and, its token
 //   taken, sets up the record's lifeline: the only changes to a holder
 //   record made without the lock (nobody else reads a claiming record's
@@ -115,7 +118,7 @@
 namespace shmsem::detail::layout {
 
 inline constexpr std::uint64_t kMagic = 0x314d45534d4853ULL;  // "SHMSEM1\0" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 9;
+inline constexpr std::uint32_t kLayoutVersion = 10;
 // The first layout with token files; its header's token_nonce keeps its
 // offset in every later one.
 inline constexpr std::uint32_t kFirstTokenFileLayout = 9;
@@ -448,6 +451,11 @@ struct alignas(kCacheLine) holder_record {
   // takes the lock (holder_state), so the record it brings may sit anywhere
   // in the list.
   std::uint32_t prev_free;  // free list link (1-based), valid while not attached
+  // Nonzero once the process gave its token to a process tree
+  // (inheritable_liveness_fd(), as `shmsem run` does): the tree may outlive
+  // the process, so the process's exit says nothing of its seats, and only
+  // the token is asked. Cleared at every claim.
+  std::atomic<std::uint32_t> token_shared;
 };
 
 /// One thread of an attached process that acquires without the lock. Its
@@ -535,6 +543,7 @@ constexpr std::uint32_t format_word() {
   mix(sizeof(shared_stats));
   mix(sizeof(holder_record));
   mix(offsetof(holder_record, lifeline));
+  mix(offsetof(holder_record, token_shared));
   mix(sizeof(waiter_slot));
   mix(sizeof(thread_record));
   mix(sizeof(lease_slot));

@@ -45,6 +45,10 @@ inline constexpr int kSoonFastLooks = 60;
 // the lifeline thread to arm it (attachment::await_lifeline): its start,
 // on a loaded host, takes from tens of microseconds to milliseconds.
 inline constexpr std::int64_t kArmWaitNs = 10'000'000;
+// How long a waiter sleeps on a dying holder's exit before it looks again
+// whether every thread of it is exiting (attachment::await_exit): each look
+// reads /proc once per thread, and takes a CPU the dying process may need.
+inline constexpr std::int64_t kExitingLookNs = 200'000;
 // How far CLOCK_MONOTONIC_COARSE, which stamps lease expiries, may lag
 // CLOCK_MONOTONIC (one scheduler tick at HZ=250).
 inline constexpr std::int64_t kCoarseSlackNs = 4'000'000;

@@ -341,8 +341,15 @@ struct attachment final : lease_owner {
   /// lifeline reads dead or is absent. Lock-free.
   bool holder_alive(std::uint32_t holder) const;
   /// True if attached holder `holder` is not this process and its token is
-  /// gone: its process died. Lock-free; at most one system call.
+  /// gone, or its lifeline reads dead and exiting_alone() says so: its
+  /// process died. Lock-free; one system call, or a read of /proc per thread
+  /// of a dying process that still holds its token.
   bool holder_gone(std::uint32_t holder) const;
+  /// True if holder `holder`'s lifeline reads dead, it shares its token
+  /// with nobody (token_shared), and every thread of its process is exiting
+  /// (sys::process_exiting): it runs no more user code, and its token is
+  /// held only until the kernel closes its files. Reads /proc.
+  bool exiting_alone(std::uint32_t holder) const;
   /// What holder record `holder`'s lifeline says, from one load: `unarmed`
   /// (none yet, or never: only the token tells), `alive`, or `dead` (its
   /// thread died: the process is dying or dead, and the token decides).
@@ -507,8 +514,9 @@ struct attachment final : lease_owner {
   /// while the lifeline thread starts. At once if it cannot be armed.
   void await_lifeline(std::int64_t deadline_ns) const;
   /// Sleeps until the process of holder record `h` has exited (see
-  /// sys::wait_for_exit), at most until `deadline_ns`. False, at once, if
-  /// that cannot be waited for here (another PID namespace, no pidfds).
+  /// sys::wait_for_exit) or is exiting_alone(), at most until
+  /// `deadline_ns`. False, at once, if that cannot be waited for here
+  /// (another PID namespace, no pidfds).
   bool await_exit(std::uint32_t h, std::int64_t deadline_ns) const;
   /// True if `h` is an attached holder record whose process died (its
   /// token is free). Lock-free; at most one system call.

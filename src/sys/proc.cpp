@@ -2,6 +2,7 @@
 
 #include "sys/proc.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "sys/clock.hpp"
 
@@ -61,6 +63,72 @@ process_identity self_identity() {
     }
   }
   return id;
+}
+
+namespace {
+// Field `field` (1-based, as proc(5) numbers them) of a stat line; the
+// command may hold spaces and parentheses, so fields count from the last
+// ')'. false if the line is short.
+bool stat_field(const std::string& stat, int field, std::uint64_t& out) {
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos || field < 3) return false;
+  const char* p = stat.c_str() + close + 1;
+  for (int f = 3; f < field; ++f) {
+    while (*p == ' ') ++p;
+    if (!*p) return false;
+    while (*p && *p != ' ') ++p;
+  }
+  while (*p == ' ') ++p;
+  if (*p < '0' || *p > '9') return false;
+  out = std::strtoull(p, nullptr, 10);
+  return true;
+}
+
+// The thread ids in /proc/<pid>/task; false if it cannot be read.
+bool task_ids(pid_t pid, std::vector<long>& out) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/task", static_cast<int>(pid));
+  DIR* d = ::opendir(path);
+  if (!d) return false;
+  out.clear();
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] >= '0' && e->d_name[0] <= '9') out.push_back(std::atol(e->d_name));
+  ::closedir(d);
+  return !out.empty();
+}
+
+// PF_EXITING (include/linux/sched.h): set by the kernel as a thread enters
+// do_exit(), before anything else of its exit; it never returns to user
+// space after.
+constexpr std::uint64_t kPfExiting = 0x4;
+}  // namespace
+
+bool process_exiting(pid_t pid, std::uint64_t start_time) {
+  if (pid <= 0) return false;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  std::uint64_t started = 0;
+  if (!stat_field(read_small_file(path), 22, started) || started != start_time) return false;
+  // Twice: a thread that was not exiting when the first listing began may
+  // have made another before it exited, and the listing need not show a
+  // thread made while it runs. The second one begins after every thread of
+  // the first was seen exiting, so after anything those threads made.
+  std::vector<long> tids;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!task_ids(pid, tids)) return false;
+    for (long tid : tids) {
+      std::snprintf(path, sizeof path, "/proc/%d/task/%ld/stat", static_cast<int>(pid), tid);
+      const std::string stat = read_small_file(path);
+      std::uint64_t flags = 0;
+      // A thread gone between the listing and here has exited.
+      if (stat.empty()) continue;
+      if (!stat_field(stat, 9, flags) || !(flags & kPfExiting)) return false;
+    }
+  }
+  // The process we asked about, not one that took its pid meanwhile.
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const std::string again = read_small_file(path);
+  return again.empty() || (stat_field(again, 22, started) && started == start_time);
 }
 
 std::string process_command(pid_t pid) {

@@ -48,6 +48,15 @@ enum class exit_wait { exited, timed_out, unavailable };
 /// pid may have been reused, so the caller still asks the liveness token.
 exit_wait wait_for_exit(pid_t pid, std::int64_t deadline_ns);
 
+/// Whether process `pid` (of this PID namespace), started at `start_time`
+/// (field 22 of its /proc stat), is exiting in every thread: each one shows
+/// PF_EXITING, so none will run another instruction of user space. That
+/// happens before the kernel tears down the process's memory and closes its
+/// files, which for a large process is milliseconds. False when /proc cannot
+/// tell (not mounted, hidden, or the pid belongs to another process now).
+/// Costs a read of /proc per thread, twice.
+bool process_exiting(pid_t pid, std::uint64_t start_time);
+
 /// gethostname(), or "unknown" if it fails.
 std::string host_name();
 

@@ -3,9 +3,15 @@
 #include <shmsem/shmsem.hpp>
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -130,6 +136,23 @@ TEST(HolderKilled, DeadHolderIsReportedDeadThenReapedByTryAcquire) {
   EXPECT_EQ(sem.stats().reaped, 1u);
 }
 
+// A zombie: every thread gone, no other thread left.
+bool wholly_dead(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  char state = 0;
+  if (FILE* f = std::fopen((proc + "/stat").c_str(), "r")) {
+    char buf[512] = {};
+    std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    if (const char* rp = std::strrchr(buf, ')')) state = rp[2];
+  }
+  std::ifstream status(proc + "/status");
+  int threads = 0;
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Threads:", 0) == 0) threads = std::stoi(line.substr(8));
+  return state == 'Z' && threads == 1;
+}
+
 TEST(HolderKilled, ZombieHolderNotYetWaitedForIsDead) {
   test::unique_key key;
   Semaphore sem = Semaphore::open(key, 1, test::fifo());
@@ -139,27 +162,78 @@ TEST(HolderKilled, ZombieHolderNotYetWaitedForIsDead) {
   // holder's other threads (the lifeline keeper among them) may still be on
   // their way out, their robust futexes not yet released. The process is
   // wholly dead once the leader is the only thread left.
-  const std::string proc = "/proc/" + std::to_string(holder.proc.pid());
-  ASSERT_TRUE(test::eventually(
-      [&] {
-        char state = 0;
-        if (FILE* f = std::fopen((proc + "/stat").c_str(), "r")) {
-          char buf[512] = {};
-          std::fread(buf, 1, sizeof buf - 1, f);
-          std::fclose(f);
-          if (const char* rp = std::strrchr(buf, ')')) state = rp[2];
-        }
-        std::ifstream status(proc + "/status");
-        int threads = 0;
-        for (std::string line; std::getline(status, line);)
-          if (line.rfind("Threads:", 0) == 0) threads = std::stoi(line.substr(8));
-        return state == 'Z' && threads == 1;
-      },
-      std::chrono::seconds(30)))
+  ASSERT_TRUE(test::eventually([&] { return wholly_dead(holder.proc.pid()); }, 30s))
       << "the child never became a zombie with no other thread";
   EXPECT_EQ(sem.reap(), 1);
   EXPECT_EQ(sem.used(), 0);
   EXPECT_EQ(holder.proc.wait(), 128 + SIGKILL);
+}
+
+// The holder's token outlives it here, as it does while the kernel tears
+// down a large process (a node server: milliseconds) before it closes its
+// files: a twin made with CLONE_FILES (and nothing else shared) keeps the
+// holder's descriptors open. Its every thread exiting says the holder is
+// gone before its token does (attachment::exiting_alone()), unless it gave
+// its token to a process tree on purpose (`share`), as `shmsem run` does.
+struct holder_with_twin {
+  test::pipe_channel ready, twin_release;
+  std::optional<test::child_process> proc;
+  pid_t twin = -1;
+
+  holder_with_twin(const std::string& key, bool share) {
+    proc.emplace([&, key, share] {
+      Semaphore s = Semaphore::attach(key);
+      Permit p = s.acquire();
+      if (share) ::close(s.inheritable_liveness_fd());
+      const long pid = ::syscall(SYS_clone, CLONE_FILES | SIGCHLD, nullptr, nullptr, nullptr, 0);
+      if (pid == 0) {
+        char c;
+        while (::read(twin_release.read_fd(), &c, 1) < 0 && errno == EINTR) {
+        }
+        ::_exit(0);
+      }
+      ready.send_value(pid);
+      for (;;) ::pause();
+      return 0;
+    });
+    twin = static_cast<pid_t>(ready.receive_value());
+  }
+  ~holder_with_twin() { release_twin(); }
+  void release_twin() {
+    if (twin <= 0) return;
+    twin_release.send();
+    // Not our child (the holder's): gone from /proc, or a zombie of init's.
+    test::eventually([&] { return ::kill(twin, 0) != 0 || wholly_dead(twin); }, 30s);
+    twin = -1;
+  }
+};
+
+TEST(HolderKilled, AHolderIsGoneWhenItsEveryThreadExitsThoughItsFilesAreStillOpen) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 1);
+  holder_with_twin holder(key.str(), false);
+  ASSERT_GT(holder.twin, 0);
+  ::kill(holder.proc->pid(), SIGKILL);  // not waited for: a zombie, its files open in the twin
+  auto p = sem.acquire(1, {.wait_timeout = 30s});
+  EXPECT_TRUE(p.is_held());
+  EXPECT_EQ(::kill(holder.twin, 0), 0) << "the twin, which keeps the token held, is gone";
+  EXPECT_EQ(sem.stats().reaped, 1u);
+  EXPECT_EQ(holder.proc->wait(), 128 + SIGKILL);
+}
+
+TEST(HolderKilled, ATokenGivenToAProcessTreeKeepsTheSeatsOfItsDeadHolder) {
+  test::unique_key key;
+  Semaphore sem = Semaphore::open(key, 1);
+  holder_with_twin holder(key.str(), true);
+  ASSERT_GT(holder.twin, 0);
+  ::kill(holder.proc->pid(), SIGKILL);
+  ASSERT_TRUE(test::eventually([&] { return wholly_dead(holder.proc->pid()); }, 30s));
+  EXPECT_EQ(sem.reap(), 0);
+  EXPECT_FALSE(sem.try_acquire().has_value());
+  holder.release_twin();  // the tree's last descriptor goes: so does the seat
+  auto p = sem.acquire(1, {.wait_timeout = 30s});
+  EXPECT_TRUE(p.is_held());
+  EXPECT_EQ(holder.proc->wait(), 128 + SIGKILL);
 }
 
 }  // namespace

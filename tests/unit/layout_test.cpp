@@ -63,6 +63,7 @@ TEST(Layout, HeaderFieldOffsetsArePinned) {
   EXPECT_EQ(offsetof(holder_record, lifeline), 64u);
   EXPECT_EQ(offsetof(holder_record, lifeline_state), 104u);
   EXPECT_EQ(offsetof(holder_record, prev_free), 108u);
+  EXPECT_EQ(offsetof(holder_record, token_shared), 112u);
   EXPECT_EQ(sizeof(holder_record), 128u);
 
   EXPECT_EQ(offsetof(thread_record, state), 0u);
@@ -105,7 +106,7 @@ TEST(Layout, RegionsArePinned) {
   EXPECT_EQ(kThreadsOffset % 4096u, 2048u);
   EXPECT_EQ(kLeasesOffset % 4096u, 0u);
   EXPECT_EQ(kMaxLeases, 1'000'000u + 4096u * 17u);
-  EXPECT_EQ(kLayoutVersion, 9u);
+  EXPECT_EQ(kLayoutVersion, 10u);
   // Which token file holds a holder's token, and where the header keeps
   // the token files' name and secret.
   EXPECT_EQ(kHoldersPerTokenFile, 128u);
