@@ -129,8 +129,7 @@ attempt segment_backend::acquire(handle& h, const acquisition& q, const AcquireO
   // acquire lock-free.
   thread_entry* entry = local_entry(a);
   if (!entry) entry = prepare_entry(a);
-  if (a.self.load(std::memory_order_relaxed) == kNoSelf)
-    attachment::await_early_lifeline(a.claim_holder_early(deadline), deadline);
+  if (a.self.load(std::memory_order_relaxed) == kNoSelf) a.claim_holder_armed(deadline);
   std::uint32_t w;
   {
     segment_lock lk(a, deadline);
@@ -403,7 +402,7 @@ std::unique_ptr<backend> open(std::string_view key, int permits, const Options& 
   try {
     const std::int64_t deadline =
         sys::precise_now_ns() + std::chrono::nanoseconds(o.open_timeout).count();
-    attachment::await_early_lifeline(a->claim_holder_early(deadline), deadline);
+    a->claim_holder_armed(deadline);
   } catch (const std::exception&) {
   }
   return b;

@@ -117,9 +117,8 @@ const std::atomic<std::uint32_t>* attachment::claim_holder_early(std::int64_t de
   return nullptr;
 }
 
-void attachment::await_early_lifeline(const std::atomic<std::uint32_t>* state,
-                                      std::int64_t deadline_ns) {
-  if (state)
+void attachment::claim_holder_armed(std::int64_t deadline_ns) {
+  if (const std::atomic<std::uint32_t>* state = claim_holder_early(deadline_ns))
     lifeline::await_armed(state, std::min(deadline_ns, sys::precise_now_ns() + kArmWaitNs));
 }
 

@@ -323,15 +323,14 @@ struct attachment final : lease_owner {
   /// table (under the lock, until `deadline_ns`) if it has no free record.
   /// Best effort: ensure_self() claims under the lock whatever this did not.
   /// The record's lifeline is given to the lifeline thread to arm at once:
-  /// returns its state word to wait on (await_early_lifeline()), or null.
+  /// returns its state word to wait on (claim_holder_armed()), or null.
   const std::atomic<std::uint32_t>* claim_holder_early(std::int64_t deadline_ns);
-  /// [not locked] Waits, at most until `deadline_ns` and kArmWaitNs from
-  /// now, until the lifeline whose state word claim_holder_early() returned
-  /// is armed: an acquire does so before it takes its first seat, so that
-  /// the seat is not held while the lifeline thread starts. (try_acquire
-  /// never waits.)
-  static void await_early_lifeline(const std::atomic<std::uint32_t>* state,
-                                   std::int64_t deadline_ns);
+  /// [not locked] claim_holder_early(), then a wait, at most until
+  /// `deadline_ns` and kArmWaitNs from now, until that record's lifeline is
+  /// armed: what an open does, and an acquire that finds no record of ours
+  /// yet, before it takes its first seat, so that no seat is held while the
+  /// lifeline thread starts. (try_acquire never waits.)
+  void claim_holder_armed(std::int64_t deadline_ns);
   /// Our holder record, claimed (or taken over from claim_holder_early())
   /// if we have none. Throws SegmentError (errc::too_many) if every record
   /// is a live process's.
