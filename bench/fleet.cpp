@@ -148,12 +148,10 @@ void BM_FleetHerdOpen(State& state, Impl impl, int processes) {
     const std::string name = "/" + unique_name("herd");
     std::optional<ScopedKey> key;
     std::optional<shmsem::Semaphore> keeper;
-    const bool ours = impl == Impl::shmsem || impl == Impl::shmsem_barging;
+    const bool ours = is_shmsem(impl);
     if (ours) {
-      shmsem::Options made;
-      made.fairness = impl == Impl::shmsem ? shmsem::Fairness::fifo : shmsem::Fairness::barging;
       key.emplace("herd");
-      keeper.emplace(shmsem::Semaphore::open(key->str(), kFleetCapacity, made));
+      keeper.emplace(shmsem::Semaphore::open(key->str(), kFleetCapacity, options_of(impl)));
     } else {
       sem_t* s = ::sem_open(name.c_str(), O_CREAT | O_EXCL, 0600, kFleetCapacity);
       if (s == SEM_FAILED) {

@@ -65,8 +65,7 @@ const char* impl_name(Impl impl) noexcept {
 }
 
 bool crash_safe(Impl impl) noexcept {
-  return impl == Impl::shmsem || impl == Impl::shmsem_barging || impl == Impl::sysv_undo ||
-         impl == Impl::flock;
+  return is_shmsem(impl) || impl == Impl::sysv_undo || impl == Impl::flock;
 }
 
 bool counting(Impl impl) noexcept {
@@ -145,22 +144,26 @@ bool FlockSem::try_acquire() noexcept {
 
 // ---- Process-shared forms --------------------------------------------------
 
-namespace {
+bool is_shmsem(Impl impl) noexcept {
+  return impl == Impl::shmsem || impl == Impl::shmsem_barging;
+}
 
-shmsem::Options with_fairness(shmsem::Fairness fairness) {
+shmsem::Options options_of(Impl impl) {
   shmsem::Options options;
-  options.fairness = fairness;
+  options.fairness = impl == Impl::shmsem ? shmsem::Fairness::fifo : shmsem::Fairness::barging;
   return options;
 }
 
+namespace {
+
 class ShmsemContender final : public Contender {
  public:
-  ShmsemContender(const std::string& key, int capacity, shmsem::Fairness fairness)
-      : sem_(shmsem::Semaphore::open(key, capacity, with_fairness(fairness))) {
+  ShmsemContender(const std::string& key, int capacity, Impl impl)
+      : sem_(shmsem::Semaphore::open(key, capacity, options_of(impl))) {
     // The policy is the creator's: a segment made with the other one would
     // be measured under this one's name. fairness() reads the segment's
     // header, so the short-lived rows, which time the open, pay no more.
-    if (const shmsem::Fairness made = sem_.fairness(); made != fairness)
+    if (const shmsem::Fairness made = sem_.fairness(); made != options_of(impl).fairness)
       throw std::runtime_error(key + " was created with fairness " + shmsem::to_string(made));
   }
   void acquire() override { held_ = sem_.acquire(1); }
@@ -173,16 +176,16 @@ class ShmsemContender final : public Contender {
 
 class ShmsemShared final : public SharedSemaphore {
  public:
-  ShmsemShared(int capacity, std::string_view tag, shmsem::Fairness fairness)
-      : key_(tag), capacity_(capacity), fairness_(fairness) {}
+  ShmsemShared(int capacity, std::string_view tag, Impl impl)
+      : key_(tag), capacity_(capacity), impl_(impl) {}
   std::unique_ptr<Contender> join() override {
-    return std::make_unique<ShmsemContender>(key_.str(), capacity_, fairness_);
+    return std::make_unique<ShmsemContender>(key_.str(), capacity_, impl_);
   }
 
  private:
   ScopedKey key_;  // the segment is created by the first child that joins
   int capacity_;
-  shmsem::Fairness fairness_;
+  Impl impl_;
 };
 
 class PosixContender final : public Contender {
@@ -277,9 +280,8 @@ std::unique_ptr<SharedSemaphore> make_shared_semaphore(Impl impl, int capacity,
                                                        std::string_view tag) {
   switch (impl) {
     case Impl::shmsem:
-      return std::make_unique<ShmsemShared>(capacity, tag, shmsem::Fairness::fifo);
     case Impl::shmsem_barging:
-      return std::make_unique<ShmsemShared>(capacity, tag, shmsem::Fairness::barging);
+      return std::make_unique<ShmsemShared>(capacity, tag, impl);
     case Impl::posix_sem:
       return std::make_unique<PosixShared>(capacity);
     case Impl::sysv_undo:

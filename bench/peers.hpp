@@ -19,6 +19,7 @@
 #include <boost/interprocess/sync/interprocess_semaphore.hpp>
 #include <chrono>
 #include <memory>
+#include <shmsem/options.hpp>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,11 @@ inline constexpr Impl kAllImpls[] = {Impl::shmsem, Impl::posix_sem, Impl::sysv_u
 
 /// The name of an implementation in benchmark names: "shmsem", "posix_sem", ...
 const char* impl_name(Impl impl) noexcept;
+/// Whether `impl` is shmsem (either policy).
+bool is_shmsem(Impl impl) noexcept;
+/// The options a shmsem implementation creates its segment with (its
+/// fairness); `impl` must be one (is_shmsem()).
+shmsem::Options options_of(Impl impl);
 /// Whether the kernel (or the library) gives a killed holder's seat back.
 bool crash_safe(Impl impl) noexcept;
 /// Whether it can hold more than one seat (flock cannot).

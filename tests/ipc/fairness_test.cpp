@@ -29,11 +29,7 @@ namespace {
 using namespace std::chrono_literals;
 using clk = std::chrono::steady_clock;
 
-Options with(Fairness f) {
-  Options o;
-  o.fairness = f;
-  return o;
-}
+using test::with_fairness;
 
 // Sets the starvation bound (a testing hook, inherited across fork) for a
 // scope, and puts the library's own back at its end.
@@ -60,11 +56,11 @@ struct shared {
 TEST(Fairness, IsChosenByTheCreatorAndKeptByEveryLaterOpen) {
   SHMSEM_SHM_ONLY();  // only shared memory can barge; the others are always FIFO
   test::unique_key key;
-  auto sem = Semaphore::open(key, 2, with(Fairness::barging));
+  auto sem = Semaphore::open(key, 2, with_fairness(Fairness::barging));
   EXPECT_EQ(sem.fairness(), Fairness::barging);
   EXPECT_EQ(sem.snapshot().fairness, Fairness::barging);
   // Another policy asked for later is logged, and the stored one stands.
-  auto other = Semaphore::open(key, 2, with(Fairness::fifo));
+  auto other = Semaphore::open(key, 2, with_fairness(Fairness::fifo));
   EXPECT_EQ(other.fairness(), Fairness::barging);
   EXPECT_EQ(other.snapshot().fairness, Fairness::barging);
   EXPECT_EQ(Semaphore::attach(key).snapshot().fairness, Fairness::barging);
@@ -72,7 +68,7 @@ TEST(Fairness, IsChosenByTheCreatorAndKeptByEveryLaterOpen) {
   test::unique_key plain, ordered;
   EXPECT_EQ(Semaphore::open(plain, 1).fairness(), Fairness::barging);
   EXPECT_EQ(Semaphore::open(plain, 1).snapshot().fairness, Fairness::barging);
-  EXPECT_EQ(Semaphore::open(ordered, 1, with(Fairness::fifo)).fairness(), Fairness::fifo);
+  EXPECT_EQ(Semaphore::open(ordered, 1, with_fairness(Fairness::fifo)).fairness(), Fairness::fifo);
   EXPECT_EQ(Semaphore::inspect(ordered).fairness, Fairness::fifo);
   EXPECT_STREQ(to_string(Fairness::barging), "barging");
   EXPECT_STREQ(to_string(Fairness::fifo), "fifo");
@@ -89,9 +85,10 @@ TEST(Fairness, TheDefaultIsBargingWhereTheBackendCanBarge) {
 
 TEST(Fairness, AnUnknownPolicyOrBargingOnRedisIsRejected) {
   test::unique_key key;
-  EXPECT_THROW(Semaphore::open(key, 1, with(static_cast<Fairness>(7))), std::invalid_argument);
+  EXPECT_THROW(Semaphore::open(key, 1, with_fairness(static_cast<Fairness>(7))),
+               std::invalid_argument);
   // Refused before any connection: no server is needed to see it.
-  EXPECT_THROW(Semaphore::open("redis://127.0.0.1:1/fairness", 1, with(Fairness::barging)),
+  EXPECT_THROW(Semaphore::open("redis://127.0.0.1:1/fairness", 1, with_fairness(Fairness::barging)),
                std::invalid_argument);
 }
 
@@ -106,7 +103,7 @@ TEST_P(PassingTheQueue, ARunningRequestPassesAStoppedWaiterOnlyUnderBarging) {
   // busy host's scheduling delay): an hour's bound, inherited across fork.
   starvation_bound_for_test bound(3'600'000'000'000);
   test::unique_key key;
-  auto sem = Semaphore::open(key, 1, with(GetParam()));
+  auto sem = Semaphore::open(key, 1, with_fairness(GetParam()));
   test::pipe_channel go, got;
   // Forked before this process's first acquire (docs/testing.md, on fork).
   test::child_process waiter([&] {
@@ -148,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, PassingTheQueue,
 TEST(Fairness, AWeightedHeadThatWaitedPastTheBoundIsServedBeforeNewcomers) {
   SHMSEM_SHM_ONLY();  // only shared memory can barge
   test::unique_key key;
-  auto sem = Semaphore::open(key, 4, with(Fairness::barging));
+  auto sem = Semaphore::open(key, 4, with_fairness(Fairness::barging));
   test::pipe_channel go, got, done;
   test::child_process heavy([&] {
     go.receive();
@@ -209,7 +206,7 @@ TEST(Fairness, RunningRequestsPassTheNextHeadAgainOnceAStarvedHeadIsServed) {
   // a loaded host; the test waits this long once, for the first head.
   starvation_bound_for_test bound(1'000'000'000);
   test::unique_key key;
-  auto sem = Semaphore::open(key, 2, with(Fairness::barging));
+  auto sem = Semaphore::open(key, 2, with_fairness(Fairness::barging));
   std::optional<Permit> first = sem.acquire(), second = sem.acquire();
   std::atomic<pid_t> tids[3]{};
   std::atomic<int> got{0};
@@ -262,7 +259,7 @@ TEST(Fairness, RunningRequestsPassTheNextHeadAgainOnceAStarvedHeadIsServed) {
 TEST(Fairness, WeightedRequestsDoNotStarveAmongBargers) {
   SHMSEM_SHM_ONLY();  // only shared memory can barge
   test::unique_key key;
-  auto sem = Semaphore::open(key, 4, with(Fairness::barging));
+  auto sem = Semaphore::open(key, 4, with_fairness(Fairness::barging));
   struct flags {
     std::atomic<int> stop;
     std::atomic<long> taken;

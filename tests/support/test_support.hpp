@@ -14,13 +14,18 @@
 
 namespace shmsem::test {
 
+/// Options that create a semaphore with fairness `f`.
+inline Options with_fairness(Fairness f) {
+  Options o;
+  o.fairness = f;
+  return o;
+}
+
 /// Options that create a semaphore in strict FIFO order, for the tests
 /// whose point is the queue's order or a handoff to the first in line: the
 /// default (Fairness::barging) lets a running request pass a sleeping one.
 inline Options fifo() {
-  Options o;
-  o.fairness = Fairness::fifo;
-  return o;
+  return with_fairness(Fairness::fifo);
 }
 
 /// A key no other test (or parallel ctest process) uses:
