@@ -164,7 +164,7 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   r.waiting.store(0);
   r.threads.store(0);
   r.leases.store(0);
-  if (!armed_early) r.token_shared.store(0, std::memory_order_relaxed);
+  r.token_shared.store(0, std::memory_order_relaxed);
   if (armed_early) {
     lifeline_asked = std::exchange(early_lifeline, false);
   } else {
@@ -318,7 +318,7 @@ void attachment::await_lifeline(std::int64_t deadline_ns) const {
 
 bool attachment::exiting_alone(std::uint32_t h) const {
   const holder_record& r = holders[h];
-  // Its pid means another process (or none) in another PID namespace.
+  // A pid of another PID namespace means another process (or none) here.
   if (read_lifeline(h) != lifeline_reading::dead ||
       r.token_shared.load(std::memory_order_acquire) != 0 ||
       r.pid_ns.load(std::memory_order_relaxed) != sys::self_pid_ns())
