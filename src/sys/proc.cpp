@@ -31,41 +31,7 @@ std::string read_small_file(const char* path) {
   if (n <= 0) return {};
   return std::string(buf, static_cast<size_t>(n));
 }
-}  // namespace
 
-std::uint64_t self_pid_ns() {
-  struct ::stat st;
-  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
-  return st.st_ino;
-}
-
-process_identity self_identity() {
-  process_identity id;
-  id.pid = ::getpid();
-  id.uid = ::getuid();
-  id.pid_ns = self_pid_ns();
-  std::string stat = read_small_file("/proc/self/stat");
-  if (!stat.empty()) {
-    id.pid = static_cast<pid_t>(std::atol(stat.c_str()));
-    // The command may hold spaces and parentheses: fields count from the
-    // last ')'. starttime is field 22, the 20th after it.
-    auto close = stat.rfind(')');
-    auto open = stat.find('(');
-    if (open != std::string::npos && close != std::string::npos && close > open) {
-      std::string comm = stat.substr(open + 1, close - open - 1);
-      std::strncpy(id.comm, comm.c_str(), sizeof id.comm - 1);
-      const char* p = stat.c_str() + close + 1;
-      for (int field = 3; field < 22 && *p; ++field) {
-        while (*p == ' ') ++p;
-        while (*p && *p != ' ') ++p;
-      }
-      id.start_time = std::strtoull(p, nullptr, 10);
-    }
-  }
-  return id;
-}
-
-namespace {
 // Field `field` (1-based, as proc(5) numbers them) of a stat line; the
 // command may hold spaces and parentheses, so fields count from the last
 // ')'. false if the line is short.
@@ -102,6 +68,31 @@ bool task_ids(pid_t pid, std::vector<long>& out) {
 // space after.
 constexpr std::uint64_t kPfExiting = 0x4;
 }  // namespace
+
+std::uint64_t self_pid_ns() {
+  struct ::stat st;
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return st.st_ino;
+}
+
+process_identity self_identity() {
+  process_identity id;
+  id.pid = ::getpid();
+  id.uid = ::getuid();
+  id.pid_ns = self_pid_ns();
+  std::string stat = read_small_file("/proc/self/stat");
+  if (!stat.empty()) {
+    id.pid = static_cast<pid_t>(std::atol(stat.c_str()));
+    auto close = stat.rfind(')');
+    auto open = stat.find('(');
+    if (open != std::string::npos && close != std::string::npos && close > open) {
+      std::string comm = stat.substr(open + 1, close - open - 1);
+      std::strncpy(id.comm, comm.c_str(), sizeof id.comm - 1);
+      stat_field(stat, 22, id.start_time);  // starttime
+    }
+  }
+  return id;
+}
 
 bool process_exiting(pid_t pid, std::uint64_t start_time) {
   if (pid <= 0) return false;
