@@ -94,7 +94,6 @@ const std::atomic<std::uint32_t>* attachment::claim_holder_early(std::int64_t de
           // Armed now, the lifeline thread starts (and arms it) while we go
           // for the lock, not while we hold a seat.
           holder_record& r = holders[h];
-          r.token_shared.store(0, std::memory_order_relaxed);
           r.lifeline_state.store(kLifelineNone, std::memory_order_relaxed);
           sys::robust_mutex_init(&r.lifeline);
           early_lifeline = lifeline::arm(&r.lifeline, &r.lifeline_state);
@@ -164,6 +163,7 @@ std::uint32_t attachment::ensure_self(wake_list& wakes) {
   r.waiting.store(0);
   r.threads.store(0);
   r.leases.store(0);
+  // Read only once the record is attached (below), so cleared here alone.
   r.token_shared.store(0, std::memory_order_relaxed);
   if (armed_early) {
     lifeline_asked = std::exchange(early_lifeline, false);
