@@ -477,7 +477,7 @@ std::vector<Target> check_targets(const Table& t, const Results& results) {
                   "× sem_t's, worst wait ≤ " +
                   (barging ? std::string("sem_t's") : num(bound_ms) + " ms"),
               "—", verdict(std::nullopt)};
-    const std::string impl = barging ? "/shmsem_barging" : "/shmsem";
+    const std::string impl = "/" + Table::shmsem_impl(barging);
     auto share = t.get(name + impl, "share_of_ideal");
     auto worst = t.get(name + impl, "worst_wait_ns");
     auto posix = t.get(name + "/posix_sem", "share_of_ideal");
